@@ -1,0 +1,65 @@
+// Reference kernels: simple, correct implementations of every IR op on the CPU. They are
+// the accuracy baseline that optimized backends and passes are tested against.
+#pragma once
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln {
+
+// Runs a subgraph (If/Loop bodies) with extra named values in scope.
+using SubgraphRunner = std::function<std::vector<Tensor>(const Graph&, const std::map<std::string, Tensor>&)>;
+
+struct KernelContext {
+    const Node& node;
+    std::vector<const Tensor*> inputs;  // nullptr where an optional input is omitted
+    int64_t opset = 0;
+    SubgraphRunner run_subgraph;
+
+    size_t numInputs() const { return inputs.size(); }
+    bool hasInput(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
+    const Tensor& input(size_t i) const;
+    const Tensor* optionalInput(size_t i) const { return hasInput(i) ? inputs[i] : nullptr; }
+    const Attributes& attrs() const { return node.attrs; }
+    size_t numOutputs() const { return node.outputs.size(); }
+    // Throws Error prefixed with the node's description.
+    [[noreturn]] void fail(const std::string& message) const;
+    void require(bool condition, const std::string& message) const {
+        if (!condition) fail(message);
+    }
+};
+
+using KernelFn = std::vector<Tensor> (*)(const KernelContext&);
+
+class KernelRegistry {
+public:
+    void add(const std::string& op_type, KernelFn fn) { kernels_[op_type] = fn; }
+    KernelFn find(const std::string& op_type) const;
+    std::vector<std::string> opTypes() const;
+
+private:
+    std::map<std::string, KernelFn> kernels_;
+};
+
+// The reference kernel table, built once from the explicit registration list.
+const KernelRegistry& referenceKernels();
+
+// Registration functions, one per kernel file (listed in reference_kernels.cc).
+void registerElementwiseKernels(KernelRegistry& r);
+void registerActivationKernels(KernelRegistry& r);
+void registerConvKernels(KernelRegistry& r);
+void registerGemmKernels(KernelRegistry& r);
+void registerNormKernels(KernelRegistry& r);
+void registerPoolKernels(KernelRegistry& r);
+void registerSoftmaxKernels(KernelRegistry& r);
+void registerReduceKernels(KernelRegistry& r);
+void registerShapeKernels(KernelRegistry& r);
+void registerGatherKernels(KernelRegistry& r);
+void registerPadResizeKernels(KernelRegistry& r);
+void registerEinsumKernels(KernelRegistry& r);
+void registerGeneratorKernels(KernelRegistry& r);
+
+}  // namespace kiln

@@ -1,0 +1,68 @@
+#include "backends/cpu/reference/kernel_util.h"
+
+namespace kiln {
+
+int64_t normalizeAxis(int64_t axis, int64_t rank, const KernelContext& ctx) {
+    int64_t a = axis < 0 ? axis + rank : axis;
+    ctx.require(a >= 0 && a < std::max<int64_t>(rank, 1), "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+    return a;
+}
+
+std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims) {
+    const size_t rank = out_dims.size();
+    Dims padded(rank, 1);
+    for (size_t i = 0; i < in_dims.size(); ++i) padded[rank - in_dims.size() + i] = in_dims[i];
+    Dims in_strides = stridesOf(padded);
+    for (size_t i = 0; i < rank; ++i)
+        if (padded[i] == 1) in_strides[i] = 0;
+    const int64_t n = numElements(out_dims);
+    std::vector<int64_t> offsets(static_cast<size_t>(n));
+    Dims idx(rank, 0);
+    int64_t off = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        offsets[i] = off;
+        for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+            if (++idx[d] < out_dims[d]) {
+                off += in_strides[d];
+                break;
+            }
+            off -= in_strides[d] * (out_dims[d] - 1);
+            idx[d] = 0;
+        }
+    }
+    return offsets;
+}
+
+std::vector<int64_t> intsFromInputOrAttr(const KernelContext& ctx, size_t input, const std::string& attr) {
+    if (const Tensor* t = ctx.optionalInput(input)) return t->toInt64Vector();
+    return ctx.attrs().getInts(attr);
+}
+
+SpatialPads resolvePads(const KernelContext& ctx, const Dims& in_spatial, const std::vector<int64_t>& kernel,
+                        const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations) {
+    const size_t n = in_spatial.size();
+    SpatialPads p{std::vector<int64_t>(n, 0), std::vector<int64_t>(n, 0)};
+    std::string auto_pad = ctx.attrs().getString("auto_pad", "NOTSET");
+    if (auto_pad == "NOTSET") {
+        auto pads = ctx.attrs().getInts("pads", std::vector<int64_t>(2 * n, 0));
+        ctx.require(pads.size() == 2 * n, "pads must have " + std::to_string(2 * n) + " values");
+        for (size_t i = 0; i < n; ++i) {
+            p.begin[i] = pads[i];
+            p.end[i] = pads[i + n];
+        }
+    } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+        for (size_t i = 0; i < n; ++i) {
+            int64_t out = (in_spatial[i] + strides[i] - 1) / strides[i];
+            int64_t eff_kernel = (kernel[i] - 1) * dilations[i] + 1;
+            int64_t total = std::max<int64_t>(0, (out - 1) * strides[i] + eff_kernel - in_spatial[i]);
+            int64_t small = total / 2;
+            p.begin[i] = auto_pad == "SAME_UPPER" ? small : total - small;
+            p.end[i] = total - p.begin[i];
+        }
+    } else {
+        ctx.require(auto_pad == "VALID", "unknown auto_pad '" + auto_pad + "'");
+    }
+    return p;
+}
+
+}  // namespace kiln

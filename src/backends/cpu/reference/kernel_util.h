@@ -1,0 +1,58 @@
+// Helpers shared by the reference kernels: axis handling and broadcasting.
+#pragma once
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/reference/kernel.h"
+
+namespace kiln {
+
+// Maps a possibly negative axis into [0, rank); fails naming the node when out of range.
+int64_t normalizeAxis(int64_t axis, int64_t rank, const KernelContext& ctx);
+
+// For each element of `out_dims` (row-major), the offset of the element of a tensor with
+// dims `in_dims` that broadcasting maps to it.
+std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims);
+
+// out[i] = f(a[...], b[...]) with numpy broadcasting; TOut is the output element type.
+template <typename TOut, typename TA, typename TB, typename F>
+Tensor broadcastBinary(const Tensor& a, const Tensor& b, const KernelContext& ctx, F f) {
+    Dims out_dims = broadcastDims(a.dims(), b.dims(), ctx.node.describe());
+    Tensor out(DTypeOf<TOut>::value, out_dims);
+    const TA* pa = a.data<TA>();
+    const TB* pb = b.data<TB>();
+    TOut* po = out.data<TOut>();
+    const int64_t n = out.numel();
+    if (a.dims() == out_dims && b.dims() == out_dims) {
+        for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
+    } else if (a.dims() == out_dims && b.numel() == 1) {
+        for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[0]);
+    } else {
+        auto oa = broadcastOffsets(out_dims, a.dims());
+        auto ob = broadcastOffsets(out_dims, b.dims());
+        for (int64_t i = 0; i < n; ++i) po[i] = f(pa[oa[i]], pb[ob[i]]);
+    }
+    return out;
+}
+
+// Applies f to every element, producing the same dtype; f works on double.
+template <typename T, typename F>
+Tensor mapElements(const Tensor& x, F f) {
+    Tensor out(x.dtype(), x.dims());
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    for (int64_t i = 0; i < x.numel(); ++i) po[i] = static_cast<T>(f(static_cast<double>(px[i])));
+    return out;
+}
+
+// Reads an optional 1-D integer input (e.g. axes) or falls back to an attribute.
+std::vector<int64_t> intsFromInputOrAttr(const KernelContext& ctx, size_t input, const std::string& attr);
+
+// Spatial padding resolved from pads / auto_pad for pooling and convolution.
+struct SpatialPads {
+    std::vector<int64_t> begin, end;
+};
+SpatialPads resolvePads(const KernelContext& ctx, const Dims& in_spatial, const std::vector<int64_t>& kernel,
+                        const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations);
+
+}  // namespace kiln

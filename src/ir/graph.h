@@ -1,0 +1,59 @@
+// The IR graph: values are named (as in ONNX); nodes list input/output value names; an
+// empty input name marks an omitted optional input.
+#pragma once
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/attribute.h"
+#include "ir/shape.h"
+
+namespace kiln {
+
+struct ValueInfo {
+    std::string name;
+    DType dtype = DType::Undefined;
+    Shape shape;
+};
+
+struct Node {
+    std::string name;
+    std::string op_type;
+    std::string domain;  // "" is the default ONNX domain
+    std::vector<std::string> inputs;
+    std::vector<std::string> outputs;
+    Attributes attrs;
+
+    // "node 'name' (OpType)" for error messages.
+    std::string describe() const;
+    bool hasInput(size_t i) const { return i < inputs.size() && !inputs[i].empty(); }
+};
+
+struct Graph {
+    std::string name;
+    int64_t opset = 0;  // opset version of the default domain
+    std::vector<ValueInfo> inputs;
+    std::vector<ValueInfo> outputs;
+    std::map<std::string, Tensor> initializers;
+    std::map<std::string, ValueInfo> value_info;  // known types/shapes of other values
+    std::vector<Node> nodes;
+
+    // Type and shape of a value from inputs, outputs, initializers or value_info; nullptr if unknown.
+    const ValueInfo* findValueInfo(const std::string& name) const;
+    // Graph inputs that are not initializers (what a user must feed).
+    std::vector<ValueInfo> runtimeInputs() const;
+};
+
+// Orders nodes so each comes after the producers of its inputs; throws Error on a cycle.
+void topologicalSort(Graph& g);
+// Names a subgraph may read from enclosing graphs (inputs, initializers, node outputs).
+std::set<std::string> definedNames(const Graph& g);
+// Checks that the graph is well formed: every input defined before use, each value produced
+// once, no cycles, declared outputs produced, and known element types consistent.
+// `outer` holds names visible from enclosing graphs. Throws Error naming the first fault.
+void verifyGraph(const Graph& g, const std::set<std::string>& outer = {});
+// Human-readable text form, one node per line.
+std::string dumpGraph(const Graph& g);
+
+}  // namespace kiln

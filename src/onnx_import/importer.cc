@@ -1,0 +1,201 @@
+#include "onnx_import/importer.h"
+
+#include <onnx/onnx_pb.h>
+#include <onnx/shape_inference/implementation.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "onnx_import/tensor_proto.h"
+
+namespace kiln {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct ImportContext {
+    fs::path base_dir;
+    int64_t opset = 0;
+    std::vector<std::string> unsupported;  // every unsupported node, reported together
+};
+
+Shape shapeFromProto(const onnx::TypeProto_Tensor& tt) {
+    Shape s;
+    if (!tt.has_shape()) return s;
+    s.rank_known = true;
+    for (const auto& d : tt.shape().dim()) {
+        Dim dim;
+        if (d.has_dim_value()) dim.size = d.dim_value();
+        else if (d.has_dim_param()) dim.symbol = d.dim_param();
+        s.dims.push_back(dim);
+    }
+    return s;
+}
+
+ValueInfo valueFromProto(const onnx::ValueInfoProto& v, bool required) {
+    ValueInfo vi;
+    vi.name = v.name();
+    if (v.type().has_tensor_type()) {
+        const auto& tt = v.type().tensor_type();
+        if (tt.elem_type() != 0) {
+            if (required) vi.dtype = dtypeFromOnnx(tt.elem_type(), "value '" + v.name() + "'");
+            else {
+                try {
+                    vi.dtype = dtypeFromOnnx(tt.elem_type(), v.name());
+                } catch (const Error&) {
+                }
+            }
+        }
+        vi.shape = shapeFromProto(tt);
+    } else if (required && v.type().value_case() != onnx::TypeProto::VALUE_NOT_SET) {
+        throw Error("value '" + v.name() + "': only tensor inputs and outputs are supported (sequence, map and optional types are not)");
+    }
+    return vi;
+}
+
+Graph convertGraph(const onnx::GraphProto& gp, ImportContext& ctx);
+
+Attribute convertAttribute(const onnx::AttributeProto& a, const std::string& where, ImportContext& ctx) {
+    switch (a.type()) {
+        case onnx::AttributeProto::INT: return a.i();
+        case onnx::AttributeProto::FLOAT: return a.f();
+        case onnx::AttributeProto::STRING: return a.s();
+        case onnx::AttributeProto::INTS: return std::vector<int64_t>(a.ints().begin(), a.ints().end());
+        case onnx::AttributeProto::FLOATS: return std::vector<float>(a.floats().begin(), a.floats().end());
+        case onnx::AttributeProto::STRINGS: return std::vector<std::string>(a.strings().begin(), a.strings().end());
+        case onnx::AttributeProto::TENSOR: return tensorFromProto(a.t(), ctx.base_dir);
+        case onnx::AttributeProto::GRAPH: return std::make_shared<Graph>(convertGraph(a.g(), ctx));
+        default: break;
+    }
+    throw Error(where + ": attribute '" + a.name() + "' has an unsupported kind (" + onnx::AttributeProto::AttributeType_Name(a.type()) + ")");
+}
+
+// Per-op conversions from ONNX conventions to IR ones: element types named by ONNX
+// TensorProto numbers become Kiln dtype names.
+void convertNodeAttributes(Node& n) {
+    static const std::map<std::string, std::string> dtype_attrs = {{"Cast", "to"}, {"EyeLike", "dtype"}};
+    auto it = dtype_attrs.find(n.op_type);
+    if (it == dtype_attrs.end() || !n.attrs.has(it->second)) return;
+    DType t = dtypeFromOnnx(static_cast<int>(n.attrs.getInt(it->second)), n.describe() + " attribute '" + it->second + "'");
+    n.attrs.set(it->second, std::string(dtypeName(t)));
+}
+
+Graph convertGraph(const onnx::GraphProto& gp, ImportContext& ctx) {
+    Graph g;
+    g.name = gp.name();
+    g.opset = ctx.opset;
+    for (const auto& init : gp.initializer()) {
+        check(!init.name().empty(), "graph '" + gp.name() + "': an initializer has no name");
+        g.initializers[init.name()] = tensorFromProto(init, ctx.base_dir);
+    }
+    check(gp.sparse_initializer_size() == 0, "graph '" + gp.name() + "': sparse initializers are not supported");
+    for (const auto& v : gp.input()) g.inputs.push_back(valueFromProto(v, !g.initializers.count(v.name())));
+    for (const auto& v : gp.output()) g.outputs.push_back(valueFromProto(v, true));
+    for (const auto& v : gp.value_info()) g.value_info[v.name()] = valueFromProto(v, false);
+    for (int i = 0; i < gp.node_size(); ++i) {
+        const auto& np = gp.node(i);
+        Node n;
+        n.name = np.name().empty() ? np.op_type() + "_" + std::to_string(i) : np.name();
+        n.op_type = np.op_type();
+        n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+        n.inputs.assign(np.input().begin(), np.input().end());
+        n.outputs.assign(np.output().begin(), np.output().end());
+        if (!isSupportedOp(n.domain, n.op_type, ctx.opset)) {
+            ctx.unsupported.push_back(n.describe() + (n.domain.empty() ? "" : " in domain '" + n.domain + "'"));
+            continue;
+        }
+        for (const auto& a : np.attribute()) n.attrs.set(a.name(), convertAttribute(a, n.describe(), ctx));
+        convertNodeAttributes(n);
+        g.nodes.push_back(std::move(n));
+    }
+    return g;
+}
+
+int64_t defaultDomainOpset(const onnx::ModelProto& model, const std::string& file) {
+    int64_t opset = -1;
+    for (const auto& imp : model.opset_import())
+        if (imp.domain().empty() || imp.domain() == "ai.onnx") opset = imp.version();
+    if (opset < 0 && model.ir_version() < 3) opset = 1;  // IR v1/v2 had no opset_import
+    check(opset >= 0, file + ": model imports no default-domain opset");
+    check(opset >= kMinOpset && opset <= kMaxOpset,
+          file + ": opset " + std::to_string(opset) + " is not supported (Kiln supports opsets " + std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + ")");
+    return opset;
+}
+
+// Runs ONNX shape inference and records the result as value_info. Failures are not fatal:
+// the runtime computes shapes itself; inference only annotates.
+void inferShapes(onnx::ModelProto model, Graph& g) {
+    try {
+        onnx::ShapeInferenceOptions options{false, 0, true};
+        onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), options);
+    } catch (const std::exception&) {
+        return;
+    }
+    for (const auto& v : model.graph().value_info()) {
+        ValueInfo vi = valueFromProto(v, false);
+        if (vi.dtype != DType::Undefined) g.value_info[vi.name] = vi;
+    }
+    for (int i = 0; i < model.graph().output_size() && i < static_cast<int>(g.outputs.size()); ++i) {
+        ValueInfo vi = valueFromProto(model.graph().output(i), false);
+        if (!g.outputs[i].shape.rank_known) g.outputs[i].shape = vi.shape;
+    }
+}
+
+}  // namespace
+
+Graph importOnnxModel(const fs::path& path) {
+    const std::string file = path.string();
+    check(fs::exists(path), file + ": no such file");
+    check(fs::is_regular_file(path), file + ": not a regular file");
+    std::ifstream in(path, std::ios::binary);
+    check(in.good(), file + ": cannot open file");
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    const std::string bytes = buffer.str();
+    check(!bytes.empty(), file + ": file is empty");
+    onnx::ModelProto model;
+    check(model.ParseFromString(bytes), file + ": not a valid ONNX model (protobuf parse failed; the file is corrupt or truncated)");
+    check(model.has_graph(), file + ": model has no graph");
+
+    ImportContext ctx;
+    ctx.base_dir = path.parent_path();
+    ctx.opset = defaultDomainOpset(model, file);
+    Graph g;
+    try {
+        g = convertGraph(model.graph(), ctx);
+    } catch (const Error& e) {
+        throw Error(file + ": " + e.what());
+    }
+    if (!ctx.unsupported.empty()) {
+        std::string msg = file + ": " + std::to_string(ctx.unsupported.size()) + " unsupported node(s) at opset " + std::to_string(ctx.opset) + ": ";
+        for (size_t i = 0; i < ctx.unsupported.size() && i < 10; ++i) msg += (i ? ", " : "") + ctx.unsupported[i];
+        if (ctx.unsupported.size() > 10) msg += ", ...";
+        throw Error(msg);
+    }
+    // Weights are not needed for inference of types; drop them from the copy to save memory.
+    onnx::ModelProto typed = model;
+    typed.mutable_graph()->clear_initializer();
+    for (const auto& init : model.graph().initializer()) {
+        bool listed = false;
+        for (const auto& v : model.graph().input()) listed |= v.name() == init.name();
+        if (listed) continue;
+        auto* vi = typed.mutable_graph()->add_input();
+        vi->set_name(init.name());
+        auto* tt = vi->mutable_type()->mutable_tensor_type();
+        tt->set_elem_type(init.data_type());
+        auto* shape = tt->mutable_shape();
+        for (int64_t d : init.dims()) shape->add_dim()->set_dim_value(d);
+    }
+    inferShapes(std::move(typed), g);
+    try {
+        topologicalSort(g);
+        verifyGraph(g);
+    } catch (const Error& e) {
+        throw Error(file + ": " + e.what());
+    }
+    return g;
+}
+
+}  // namespace kiln

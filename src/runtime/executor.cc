@@ -1,0 +1,96 @@
+#include "runtime/executor.h"
+
+#include <set>
+
+#include "backends/cpu/reference/kernel.h"
+
+namespace kiln {
+
+void checkInputs(const Graph& g, const TensorMap& inputs) {
+    std::map<std::string, int64_t> symbols;
+    const auto declared = g.runtimeInputs();
+    for (const auto& vi : declared) {
+        auto it = inputs.find(vi.name);
+        check(it != inputs.end(), "missing input '" + vi.name + "' (" + std::string(dtypeName(vi.dtype)) + vi.shape.toString() + ")");
+        const Tensor& t = it->second;
+        check(vi.dtype == DType::Undefined || t.dtype() == vi.dtype,
+              "input '" + vi.name + "' has element type " + std::string(dtypeName(t.dtype())) + ", the model expects " + std::string(dtypeName(vi.dtype)));
+        if (!vi.shape.rank_known) continue;
+        const std::string want = vi.shape.toString();
+        check(t.rank() == vi.shape.dims.size(), "input '" + vi.name + "' has shape " + dimsToString(t.dims()) + ", the model expects " + want);
+        for (size_t d = 0; d < t.rank(); ++d) {
+            const Dim& dim = vi.shape.dims[d];
+            if (dim.known()) {
+                check(t.dims()[d] == dim.size, "input '" + vi.name + "' has shape " + dimsToString(t.dims()) + ", the model expects " + want);
+            } else if (!dim.symbol.empty()) {
+                auto [s, fresh] = symbols.emplace(dim.symbol, t.dims()[d]);
+                check(fresh || s->second == t.dims()[d], "input '" + vi.name + "' dim '" + dim.symbol + "' is " + std::to_string(t.dims()[d]) +
+                                                             " but another input set it to " + std::to_string(s->second));
+            }
+        }
+    }
+    for (const auto& [name, t] : inputs) {
+        bool known = false;
+        for (const auto& vi : declared) known |= vi.name == name;
+        check(known, "unknown input '" + name + "' (the model's inputs are: " + [&] {
+            std::string s;
+            for (const auto& vi : declared) s += (s.empty() ? "" : ", ") + vi.name;
+            return s;
+        }() + ")");
+    }
+}
+
+GraphExecutor::GraphExecutor(const Graph& graph) : graph_(graph) {
+    std::set<std::string> missing;
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+        const Node& n = graph.nodes[i];
+        if (!referenceKernels().find(n.op_type)) missing.insert(n.op_type);
+        for (const auto& in : n.inputs) last_use_[in] = i;
+    }
+    if (!missing.empty()) {
+        std::string list;
+        for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+        throw Error("no CPU kernel for: " + list);
+    }
+}
+
+std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs) const {
+    checkInputs(graph_, inputs);
+    TensorMap values = inputs;
+    for (const auto& [name, t] : graph_.initializers) values.emplace(name, t);
+    std::set<std::string> keep;
+    for (const auto& o : graph_.outputs) keep.insert(o.name);
+    for (size_t i = 0; i < graph_.nodes.size(); ++i) {
+        const Node& node = graph_.nodes[i];
+        KernelContext ctx{node, {}, graph_.opset, nullptr};
+        for (const auto& in : node.inputs) {
+            if (in.empty()) {
+                ctx.inputs.push_back(nullptr);
+                continue;
+            }
+            auto it = values.find(in);
+            check(it != values.end(), node.describe() + ": input '" + in + "' has no value");
+            ctx.inputs.push_back(&it->second);
+        }
+        std::vector<Tensor> outs = referenceKernels().find(node.op_type)(ctx);
+        for (size_t k = 0; k < node.outputs.size(); ++k) {
+            if (node.outputs[k].empty()) continue;
+            check(k < outs.size(), node.describe() + ": kernel produced no value for output '" + node.outputs[k] + "'");
+            values[node.outputs[k]] = std::move(outs[k]);
+        }
+        // Free values no later node reads.
+        for (const auto& in : node.inputs) {
+            auto lu = last_use_.find(in);
+            if (lu != last_use_.end() && lu->second == i && !keep.count(in) && !graph_.initializers.count(in)) values.erase(in);
+        }
+    }
+    std::vector<Tensor> result;
+    for (const auto& o : graph_.outputs) {
+        auto it = values.find(o.name);
+        check(it != values.end(), "graph output '" + o.name + "' was not computed");
+        result.push_back(it->second);
+    }
+    return result;
+}
+
+}  // namespace kiln
