@@ -61,5 +61,6 @@ void registerGatherKernels(KernelRegistry& r);
 void registerPadResizeKernels(KernelRegistry& r);
 void registerEinsumKernels(KernelRegistry& r);
 void registerGeneratorKernels(KernelRegistry& r);
+void registerLossKernels(KernelRegistry& r);
 
 }  // namespace kiln

@@ -33,6 +33,16 @@ std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims)
     return offsets;
 }
 
+Tensor legacyBroadcastOperand(const Tensor& a, const Tensor& b, const KernelContext& ctx) {
+    if (ctx.opset >= 7 || ctx.attrs().getInt("broadcast", 0) == 0 || !ctx.attrs().has("axis")) return b;
+    const int64_t axis = normalizeAxis(ctx.attrs().getInt("axis"), static_cast<int64_t>(a.rank()), ctx);
+    const int64_t trailing = static_cast<int64_t>(a.rank()) - axis - static_cast<int64_t>(b.rank());
+    ctx.require(trailing >= 0, "legacy broadcast of " + b.summary() + " at axis " + std::to_string(axis) + " does not fit " + a.summary());
+    Dims d = b.dims();
+    d.insert(d.end(), static_cast<size_t>(trailing), 1);
+    return b.reshaped(d);
+}
+
 std::vector<int64_t> intsFromInputOrAttr(const KernelContext& ctx, size_t input, const std::string& attr) {
     if (const Tensor* t = ctx.optionalInput(input)) return t->toInt64Vector();
     return ctx.attrs().getInts(attr);

@@ -15,8 +15,13 @@ int64_t normalizeAxis(int64_t axis, int64_t rank, const KernelContext& ctx);
 std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims);
 
 // out[i] = f(a[...], b[...]) with numpy broadcasting; TOut is the output element type.
+// Before opset 7, binary ops broadcast only with broadcast=1, aligning B at `axis` of A
+// rather than at the right. Returns B reshaped so numpy broadcasting gives that result.
+Tensor legacyBroadcastOperand(const Tensor& a, const Tensor& b, const KernelContext& ctx);
+
 template <typename TOut, typename TA, typename TB, typename F>
-Tensor broadcastBinary(const Tensor& a, const Tensor& b, const KernelContext& ctx, F f) {
+Tensor broadcastBinary(const Tensor& a, const Tensor& b_in, const KernelContext& ctx, F f) {
+    const Tensor b = legacyBroadcastOperand(a, b_in, ctx);
     Dims out_dims = broadcastDims(a.dims(), b.dims(), ctx.node.describe());
     Tensor out(DTypeOf<TOut>::value, out_dims);
     const TA* pa = a.data<TA>();

@@ -87,10 +87,13 @@ struct ResizeOptions {
     bool exclude_outside = false;
 };
 
+// `out_len` is the unrounded output length (in * scale), as the ONNX reference uses it.
 double originalCoordinate(const ResizeOptions& o, double x, double scale, int64_t in, int64_t out, double roi_start, double roi_end) {
+    const double out_len = static_cast<double>(in) * scale;
     if (o.coord == "half_pixel") return (x + 0.5) / scale - 0.5;
+    if (o.coord == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
     if (o.coord == "pytorch_half_pixel") return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
-    if (o.coord == "align_corners") return out == 1 ? 0.0 : x * static_cast<double>(in - 1) / static_cast<double>(out - 1);
+    if (o.coord == "align_corners") return out_len == 1 ? 0.0 : x * static_cast<double>(in - 1) / (out_len - 1);
     if (o.coord == "tf_crop_and_resize")
         return out > 1 ? roi_start * static_cast<double>(in - 1) + x * (roi_end - roi_start) * static_cast<double>(in - 1) / static_cast<double>(out - 1)
                        : 0.5 * (roi_start + roi_end) * static_cast<double>(in - 1);

@@ -36,6 +36,7 @@ const KernelRegistry& referenceKernels() {
         registerPadResizeKernels(r);
         registerEinsumKernels(r);
         registerGeneratorKernels(r);
+        registerLossKernels(r);
         return r;
     }();
     return registry;

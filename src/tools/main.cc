@@ -1,0 +1,34 @@
+// The `kiln` command-line tool: a thin layer over the library.
+#include <iostream>
+
+#include "ir/error.h"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"Kiln: an inference compiler with a global performance tuner", "kiln"};
+    app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
+    app.require_subcommand(1);
+    kiln::tools::addRunCommand(app);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "kiln: error: " << e.what() << " (see --help)\n";
+        return 2;
+    } catch (const kiln::Error& e) {
+        std::cerr << "kiln: error: " << e.what() << "\n";
+        return 1;
+    } catch (const std::bad_alloc&) {
+        std::cerr << "kiln: error: out of memory\n";
+        return 3;
+    } catch (const std::exception& e) {
+        std::cerr << "kiln: error: internal error: " << e.what() << "\n";
+        return 4;
+    }
+    return 0;
+}
