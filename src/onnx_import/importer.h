@@ -8,7 +8,7 @@
 
 namespace kiln {
 
-constexpr int64_t kMinOpset = 6;
+constexpr int64_t kMinOpset = 1;
 constexpr int64_t kMaxOpset = 18;
 
 // Loads an .onnx file (external data is read from the model's folder), checks every node

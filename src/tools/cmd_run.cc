@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "onnx_import/importer.h"
+#include "runtime/accuracy.h"
 #include "tools/commands.h"
 #include "tools/model_io.h"
 
@@ -14,6 +15,8 @@ struct RunOptions {
     std::string model;
     InputOptions inputs;
     std::string outputs_dir;
+    std::string expected_dir;
+    double max_rel_l2 = -1;
     std::string target = "cpu";
     bool npy = false;
     bool json = false;
@@ -26,15 +29,32 @@ void execute(const RunOptions& o) {
     GraphExecutor exec(g);
     std::vector<Tensor> outputs = exec.run(inputs);
     if (!o.outputs_dir.empty()) writeOutputs(g, outputs, o.outputs_dir, o.npy);
+    nlohmann::json errors = nlohmann::json::array();
+    bool within = true;
+    if (!o.expected_dir.empty()) {
+        auto expected = loadExpectedOutputs(o.expected_dir);
+        check(expected.size() == outputs.size(), "--expected-dir: " + o.expected_dir + " has " + std::to_string(expected.size()) + " output files, the model has " + std::to_string(outputs.size()) + " outputs");
+        for (size_t i = 0; i < outputs.size(); ++i) {
+            ErrorStats e = compareOutputs(outputs[i], expected[i], g.outputs[i].name);
+            bool ok = !e.nan_mismatch && (o.max_rel_l2 < 0 || e.rel_l2 <= o.max_rel_l2);
+            within &= ok;
+            errors.push_back({{"name", g.outputs[i].name}, {"max_abs", e.max_abs}, {"rel_l2", e.rel_l2}, {"cosine", e.cosine}, {"ok", ok}});
+        }
+    }
     if (o.json) {
         nlohmann::json j;
         j["model"] = o.model;
         for (size_t i = 0; i < outputs.size(); ++i)
             j["outputs"].push_back({{"name", g.outputs[i].name}, {"dtype", dtypeName(outputs[i].dtype())}, {"shape", outputs[i].dims()}});
+        if (!errors.empty()) j["errors"] = errors;
         std::cout << j.dump(2) << "\n";
     } else {
         std::cout << summarizeOutputs(g, outputs);
+        for (const auto& e : errors)
+            std::cout << "vs expected " << e["name"].get<std::string>() << ": max-abs " << e["max_abs"].get<double>() << "  rel-l2 " << e["rel_l2"].get<double>()
+                      << "  cosine " << e["cosine"].get<double>() << (e["ok"].get<bool>() ? "" : "  OUT OF TOLERANCE") << "\n";
     }
+    check(within, "outputs differ from " + o.expected_dir + " by more than --max-rel-l2 " + std::to_string(o.max_rel_l2));
 }
 
 }  // namespace
@@ -48,6 +68,8 @@ void addRunCommand(CLI::App& app) {
     cmd->add_option("--shapes", opts->inputs.shapes, "NAME:DIMS (e.g. x:1x3x224x224) for random inputs with symbolic dims");
     cmd->add_option("--seed", opts->inputs.seed, "Seed for random inputs (inputs not given are random)");
     cmd->add_option("--outputs-dir", opts->outputs_dir, "Write output_0.pb, ... here");
+    cmd->add_option("--expected-dir", opts->expected_dir, "Compare outputs with output_N.pb / .npy in this folder (max-abs, rel-l2, cosine)");
+    cmd->add_option("--max-rel-l2", opts->max_rel_l2, "With --expected-dir: fail when an output's relative L2 error exceeds this");
     cmd->add_flag("--npy", opts->npy, "Write outputs as .npy instead of .pb");
     cmd->add_option("--target", opts->target, "Target: cpu")->check(CLI::IsMember({"cpu", "cuda"}));
     cmd->add_flag("--json", opts->json, "Print a JSON summary instead of text");

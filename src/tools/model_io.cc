@@ -1,5 +1,6 @@
 #include "tools/model_io.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -62,7 +63,10 @@ TensorMap loadInputs(const Graph& g, const InputOptions& opts) {
     for (const auto& spec : opts.input_files) {
         auto eq = spec.find('=');
         check(eq != std::string::npos && eq > 0, "--input '" + spec + "': expected NAME=FILE");
-        inputs[spec.substr(0, eq)] = loadTensorFile(spec.substr(eq + 1));
+        const std::string name = spec.substr(0, eq);
+        check(std::any_of(declared.begin(), declared.end(), [&](const ValueInfo& v) { return v.name == name; }),
+              "--input '" + spec + "': unknown input '" + name + "'");
+        inputs[name] = loadTensorFile(spec.substr(eq + 1));
     }
     std::map<std::string, Dims> shapes;
     for (const auto& spec : opts.shapes) {

@@ -1,0 +1,81 @@
+// End-to-end tests of the `kiln` binary: exit codes, one-line errors, output files.
+#include <gtest/gtest.h>
+
+#include "onnx_import/tensor_proto.h"
+#include "runtime/accuracy.h"
+#include "test_helpers.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+
+namespace {
+const std::string kKiln = KILN_BIN;
+const std::string kModels = std::string(KILN_SOURCE_DIR) + "/models";
+
+struct Result {
+    int rc;
+    std::string out;
+};
+Result kilnCli(const std::string& args) {
+    Result r;
+    r.rc = runCommand(kKiln + " " + args, &r.out);
+    return r;
+}
+void expectOneLineError(const Result& r, const std::string& fragment) {
+    EXPECT_GT(r.rc, 0);
+    EXPECT_LT(r.rc, 124);
+    EXPECT_EQ(r.out.rfind("kiln: error: ", 0), 0u) << r.out;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+    EXPECT_NE(r.out.find(fragment), std::string::npos) << r.out;
+}
+}  // namespace
+
+TEST(Cli, HelpAndVersion) {
+    EXPECT_EQ(kilnCli("--help").rc, 0);
+    EXPECT_EQ(kilnCli("run --help").rc, 0);
+    Result v = kilnCli("--version");
+    EXPECT_EQ(v.rc, 0);
+    EXPECT_NE(v.out.find("kiln "), std::string::npos);
+}
+
+TEST(Cli, RunWritesOutputsThatMatchTheReference) {
+    TempDir dir;
+    const std::string m = kModels + "/small_cnn";
+    Result r = kilnCli("run " + m + "/model.onnx --inputs-dir " + m + "/test_data_set_0 --outputs-dir " + dir.path().string());
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("logits: f32[2,10]"), std::string::npos) << r.out;
+    std::string name;
+    Tensor got = loadTensorFile(dir / "output_0.pb", &name);
+    EXPECT_EQ(name, "logits");
+    ErrorStats e = compareOutputs(got, loadTensorFile(m + "/test_data_set_0/output_0.pb"), "logits");
+    EXPECT_LT(e.rel_l2, 1e-5);
+}
+
+TEST(Cli, RandomInputsNeedShapesForSymbolicDims) {
+    const std::string model = kModels + "/mlp/model.onnx";
+    expectOneLineError(kilnCli("run " + model), "--shapes x:DIMS");
+    Result r = kilnCli("run " + model + " --shapes x:3x64 --seed 7 --json");
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("\"shape\""), std::string::npos);
+    EXPECT_EQ(r.out, kilnCli("run " + model + " --shapes x:3x64 --seed 7 --json").out);  // seeded: repeatable
+}
+
+TEST(Cli, BadInputsGiveOneLineErrors) {
+    TempDir dir;
+    writeFile(dir / "corrupt.onnx", std::string(64, '\x07'));
+    expectOneLineError(kilnCli("run " + (dir / "corrupt.onnx").string()), "not a valid ONNX model");
+    expectOneLineError(kilnCli("run " + (dir / "absent.onnx").string()), "no such file");
+
+    auto m = makeModel({2});
+    addNode(m, "NoSuchOp", {"x"}, {"y"});
+    saveModel(m, dir / "unknown.onnx");
+    expectOneLineError(kilnCli("run " + (dir / "unknown.onnx").string()), "(NoSuchOp)");
+
+    std::mt19937 rng(2);
+    saveTensorFile(randomTensor({3, 65}, rng), "x", dir / "x.pb");
+    expectOneLineError(kilnCli("run " + kModels + "/mlp/model.onnx --input x=" + (dir / "x.pb").string()), "input 'x' has shape [3,65], the model expects [batch,64]");
+    expectOneLineError(kilnCli("run " + kModels + "/mlp/model.onnx --input nope=" + (dir / "x.pb").string()), "unknown input 'nope'");
+    expectOneLineError(kilnCli("run " + kModels + "/mlp/model.onnx --shapes x:2xbad"), "--shapes");
+    expectOneLineError(kilnCli("run --no-such-flag " + kModels + "/mlp/model.onnx"), "no-such-flag");
+    expectOneLineError(kilnCli("run " + kModels + "/mlp/model.onnx --inputs-dir " + dir.path().string()), "input_0.pb is missing");
+}

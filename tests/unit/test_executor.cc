@@ -1,0 +1,109 @@
+#include <gtest/gtest.h>
+
+#include "backends/cpu/reference/kernel.h"
+#include "onnx_import/importer.h"
+#include "runtime/accuracy.h"
+#include "runtime/executor.h"
+#include "test_helpers.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+
+namespace {
+Graph singleNodeGraph(const std::string& op, std::vector<ValueInfo> inputs, Attributes attrs = {}) {
+    Graph g;
+    g.opset = 17;
+    g.inputs = std::move(inputs);
+    g.outputs = {{"y", DType::Undefined, {}}};
+    Node n{"n", op, "", {}, {"y"}, std::move(attrs)};
+    for (const auto& i : g.inputs) n.inputs.push_back(i.name);
+    g.nodes = {n};
+    return g;
+}
+
+std::string runError(const Graph& g, const TensorMap& inputs) {
+    try {
+        GraphExecutor(g).run(inputs);
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+}  // namespace
+
+TEST(OpSupport, EveryImportableOpHasACpuKernel) {
+    for (const auto& op : supportedOps()) EXPECT_NE(referenceKernels().find(op.op_type), nullptr) << op.op_type;
+}
+
+TEST(Executor, BatchedMatMulMatchesDoublePrecisionLoops) {
+    std::mt19937 rng(11);
+    Tensor a = randomTensor({2, 1, 3, 5}, rng), b = randomTensor({4, 5, 6}, rng);
+    Graph g = singleNodeGraph("MatMul", {{"a", DType::F32, Shape::fromDims({2, 1, 3, 5})}, {"b", DType::F32, Shape::fromDims({4, 5, 6})}});
+    Tensor y = GraphExecutor(g).run({{"a", a}, {"b", b}})[0];
+    ASSERT_EQ(y.dims(), (Dims{2, 4, 3, 6}));
+    for (int i = 0; i < 2; ++i)
+        for (int j = 0; j < 4; ++j)
+            for (int r = 0; r < 3; ++r)
+                for (int c = 0; c < 6; ++c) {
+                    double acc = 0;
+                    for (int k = 0; k < 5; ++k) acc += double(a.data<float>()[(i * 3 + r) * 5 + k]) * b.data<float>()[(j * 5 + k) * 6 + c];
+                    EXPECT_NEAR(y.data<float>()[((i * 4 + j) * 3 + r) * 6 + c], acc, 1e-5);
+                }
+}
+
+TEST(Executor, ConvMatchesDirectSummation) {
+    std::mt19937 rng(5);
+    Tensor x = randomTensor({1, 2, 5, 5}, rng), w = randomTensor({3, 2, 3, 3}, rng);
+    Attributes attrs;
+    attrs.set("strides", std::vector<int64_t>{2, 2});
+    attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    Graph g = singleNodeGraph("Conv", {{"x", DType::F32, Shape::fromDims({1, 2, 5, 5})}, {"w", DType::F32, Shape::fromDims({3, 2, 3, 3})}}, attrs);
+    Tensor y = GraphExecutor(g).run({{"x", x}, {"w", w}})[0];
+    ASSERT_EQ(y.dims(), (Dims{1, 3, 3, 3}));
+    for (int m = 0; m < 3; ++m)
+        for (int oh = 0; oh < 3; ++oh)
+            for (int ow = 0; ow < 3; ++ow) {
+                double acc = 0;
+                for (int c = 0; c < 2; ++c)
+                    for (int kh = 0; kh < 3; ++kh)
+                        for (int kw = 0; kw < 3; ++kw) {
+                            int ih = oh * 2 - 1 + kh, iw = ow * 2 - 1 + kw;
+                            if (ih < 0 || iw < 0 || ih >= 5 || iw >= 5) continue;
+                            acc += double(x.data<float>()[(c * 5 + ih) * 5 + iw]) * w.data<float>()[((m * 2 + c) * 3 + kh) * 3 + kw];
+                        }
+                EXPECT_NEAR(y.data<float>()[(m * 3 + oh) * 3 + ow], acc, 1e-5);
+            }
+}
+
+TEST(Executor, InputMismatchesAreClearErrors) {
+    Shape s;
+    s.rank_known = true;
+    s.dims = {Dim{-1, "batch"}, Dim{4, {}}};
+    Graph g = singleNodeGraph("Add", {{"a", DType::F32, s}, {"b", DType::F32, s}});
+    std::mt19937 rng(1);
+    Tensor ok = randomTensor({2, 4}, rng);
+    EXPECT_NE(runError(g, {{"a", ok}, {"b", randomTensor({2, 5}, rng)}}).find("input 'b' has shape [2,5], the model expects [batch,4]"), std::string::npos);
+    EXPECT_NE(runError(g, {{"a", ok}, {"b", randomTensor({3, 4}, rng)}}).find("dim 'batch'"), std::string::npos);
+    EXPECT_NE(runError(g, {{"a", ok}}).find("missing input 'b'"), std::string::npos);
+    EXPECT_NE(runError(g, {{"a", ok}, {"b", ok}, {"c", ok}}).find("unknown input 'c'"), std::string::npos);
+    EXPECT_NE(runError(g, {{"a", ok}, {"b", Tensor(DType::I64, {2, 4})}}).find("element type i64"), std::string::npos);
+    EXPECT_EQ(runError(g, {{"a", ok}, {"b", ok}}), "");
+}
+
+TEST(Executor, KernelErrorsNameTheNode) {
+    Graph g = singleNodeGraph("Reshape", {{"x", DType::F32, Shape::fromDims({6})}, {"s", DType::I64, Shape::fromDims({1})}});
+    std::mt19937 rng(1);
+    std::string err = runError(g, {{"x", randomTensor({6}, rng)}, {"s", Tensor::fromVector<int64_t>({1}, {4})}});
+    EXPECT_NE(err.find("node 'n' (Reshape)"), std::string::npos) << err;
+    EXPECT_NE(err.find("cannot reshape"), std::string::npos) << err;
+}
+
+TEST(Accuracy, MetricsMatchHandComputedValues) {
+    Tensor want = Tensor::fromVector<float>({4}, {1, 2, 3, 4});
+    Tensor got = Tensor::fromVector<float>({4}, {1, 2, 3, 5});
+    ErrorStats s = compareOutputs(got, want, "y");
+    EXPECT_DOUBLE_EQ(s.max_abs, 1.0);
+    EXPECT_NEAR(s.rel_l2, 1.0 / std::sqrt(30.0), 1e-12);
+    EXPECT_NEAR(s.cosine, 34.0 / std::sqrt(30.0 * 39.0), 1e-12);
+    EXPECT_THROW(compareOutputs(Tensor::fromVector<float>({2}, {1, 2}), want, "y"), Error);
+}
