@@ -9,6 +9,8 @@ namespace kiln {
 namespace {
 constexpr size_t kAlignment = 64;  // cache line; lets SIMD kernels use aligned loads
 
+}  // namespace
+
 std::shared_ptr<std::byte[]> allocateBytes(size_t bytes) {
     size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
     void* p = std::aligned_alloc(kAlignment, rounded);
@@ -16,12 +18,20 @@ std::shared_ptr<std::byte[]> allocateBytes(size_t bytes) {
     std::memset(p, 0, rounded);
     return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
 }
-}  // namespace
 
 Tensor::Tensor(DType dtype, Dims dims) : dtype_(dtype), dims_(std::move(dims)) {
     for (int64_t d : dims_) check(d >= 0, "tensor dimension must be non-negative, got " + dimsToString(dims_));
     numel_ = numElements(dims_);
     data_ = allocateBytes(byteSize());
+}
+
+Tensor Tensor::alias(DType dtype, Dims dims, const std::shared_ptr<std::byte[]>& storage, size_t byte_offset) {
+    Tensor t;
+    t.dtype_ = dtype;
+    t.dims_ = std::move(dims);
+    t.numel_ = numElements(t.dims_);
+    t.data_ = std::shared_ptr<std::byte[]>(storage, storage.get() + byte_offset);
+    return t;
 }
 
 Tensor Tensor::reshaped(Dims dims) const {

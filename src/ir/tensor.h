@@ -11,6 +11,9 @@
 
 namespace kiln {
 
+// Zero-filled, 64-byte aligned bytes (rounded up to the alignment).
+std::shared_ptr<std::byte[]> allocateBytes(size_t bytes);
+
 class Tensor {
 public:
     Tensor() = default;
@@ -41,6 +44,8 @@ public:
     template <typename T>
     std::span<const T> span() const { return {data<T>(), static_cast<size_t>(numel_)}; }
 
+    // A tensor over bytes [offset, offset + size) of `storage`, sharing its ownership.
+    static Tensor alias(DType dtype, Dims dims, const std::shared_ptr<std::byte[]>& storage, size_t byte_offset);
     // Same data, new dims with the same element count.
     Tensor reshaped(Dims dims) const;
     Tensor clone() const;

@@ -54,7 +54,14 @@ GraphExecutor::GraphExecutor(const Graph& graph) : graph_(graph) {
     }
 }
 
-std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs) const {
+size_t GraphExecutor::lastUse(const std::string& value) const {
+    for (const auto& o : graph_.outputs)
+        if (o.name == value) return graph_.nodes.size();
+    auto it = last_use_.find(value);
+    return it == last_use_.end() ? 0 : it->second;
+}
+
+std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* placer) const {
     checkInputs(graph_, inputs);
     TensorMap values = inputs;
     for (const auto& [name, t] : graph_.initializers) values.emplace(name, t);
@@ -76,7 +83,7 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs) const {
         for (size_t k = 0; k < node.outputs.size(); ++k) {
             if (node.outputs[k].empty()) continue;
             check(k < outs.size(), node.describe() + ": kernel produced no value for output '" + node.outputs[k] + "'");
-            values[node.outputs[k]] = std::move(outs[k]);
+            values[node.outputs[k]] = placer ? placer->place(i, node.outputs[k], std::move(outs[k])) : std::move(outs[k]);
         }
         // Free values no later node reads.
         for (const auto& in : node.inputs) {

@@ -15,12 +15,24 @@ using TensorMap = std::map<std::string, Tensor>;
 // one size across all inputs. Throws Error naming the input.
 void checkInputs(const Graph& g, const TensorMap& inputs);
 
+// Decides where a node output lives once its kernel has computed it. The default keeps
+// the kernel's tensor; the execution context's arena copies it into a planned slot.
+class ValuePlacer {
+public:
+    virtual ~ValuePlacer() = default;
+    virtual Tensor place(size_t node_index, const std::string& value, Tensor computed) = 0;
+};
+
 class GraphExecutor {
 public:
     // Fails (listing every op) if some node has no kernel.
     explicit GraphExecutor(const Graph& graph);
-    // Returns the graph outputs in declaration order.
-    std::vector<Tensor> run(const TensorMap& inputs) const;
+    // Returns the graph outputs in declaration order. Stateless: one executor may run on
+    // several threads at once (each with its own placer).
+    std::vector<Tensor> run(const TensorMap& inputs, ValuePlacer* placer = nullptr) const;
+    // Index of the last node reading each value (graph outputs: past the last node).
+    size_t lastUse(const std::string& value) const;
+    const Graph& graph() const { return graph_; }
 
 private:
     const Graph& graph_;

@@ -1,10 +1,11 @@
-// `kiln run MODEL`: runs a model on given or random inputs and prints / writes outputs.
+// `kiln run MODEL|ENGINE`: runs on given or random inputs and prints / writes outputs.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "onnx_import/importer.h"
 #include "runtime/accuracy.h"
+#include "runtime/context.h"
 #include "tools/commands.h"
+#include "tools/engine_source.h"
 #include "tools/model_io.h"
 
 namespace kiln::tools {
@@ -14,20 +15,21 @@ namespace {
 struct RunOptions {
     std::string model;
     InputOptions inputs;
+    BuildOptions build;
     std::string outputs_dir;
     std::string expected_dir;
     double max_rel_l2 = -1;
-    std::string target = "cpu";
     bool npy = false;
     bool json = false;
 };
 
-void execute(const RunOptions& o) {
-    check(o.target == "cpu", "--target " + o.target + ": only the cpu target is available in this build");
-    Graph g = importOnnxModel(o.model);
-    TensorMap inputs = loadInputs(g, o.inputs);
-    GraphExecutor exec(g);
-    std::vector<Tensor> outputs = exec.run(inputs);
+void execute(RunOptions& o) {
+    Engine engine = loadOrBuildEngine(o.model, o.build);
+    addProfileShapes(engine, o.inputs);
+    TensorMap inputs = loadInputs(engine.graph, o.inputs);
+    ExecutionContext context(engine);
+    std::vector<Tensor> outputs = context.run(inputs);
+    const Graph& g = engine.graph;
     if (!o.outputs_dir.empty()) writeOutputs(g, outputs, o.outputs_dir, o.npy);
     nlohmann::json errors = nlohmann::json::array();
     bool within = true;
@@ -61,17 +63,14 @@ void execute(const RunOptions& o) {
 
 void addRunCommand(CLI::App& app) {
     auto opts = std::make_shared<RunOptions>();
-    CLI::App* cmd = app.add_subcommand("run", "Run a model (.onnx) on the CPU and print or save its outputs");
-    cmd->add_option("model", opts->model, "Model file (.onnx)")->required();
-    cmd->add_option("--inputs-dir", opts->inputs.inputs_dir, "ONNX test_data_set folder with input_0.pb, input_1.pb, ... (or .npy)");
-    cmd->add_option("--input", opts->inputs.input_files, "NAME=FILE (.pb TensorProto or .npy); repeatable");
-    cmd->add_option("--shapes", opts->inputs.shapes, "NAME:DIMS (e.g. x:1x3x224x224) for random inputs with symbolic dims");
-    cmd->add_option("--seed", opts->inputs.seed, "Seed for random inputs (inputs not given are random)");
+    CLI::App* cmd = app.add_subcommand("run", "Run a model (.onnx, built with the default or given route) or an engine, and print or save its outputs");
+    cmd->add_option("model", opts->model, "Model file (.onnx) or engine file")->required();
+    addInputOptions(*cmd, opts->inputs);
+    addBuildOptions(*cmd, opts->build);
     cmd->add_option("--outputs-dir", opts->outputs_dir, "Write output_0.pb, ... here");
+    cmd->add_flag("--npy", opts->npy, "Write outputs as .npy instead of .pb");
     cmd->add_option("--expected-dir", opts->expected_dir, "Compare outputs with output_N.pb / .npy in this folder (max-abs, rel-l2, cosine)");
     cmd->add_option("--max-rel-l2", opts->max_rel_l2, "With --expected-dir: fail when an output's relative L2 error exceeds this");
-    cmd->add_flag("--npy", opts->npy, "Write outputs as .npy instead of .pb");
-    cmd->add_option("--target", opts->target, "Target: cpu")->check(CLI::IsMember({"cpu", "cuda"}));
     cmd->add_flag("--json", opts->json, "Print a JSON summary instead of text");
     cmd->callback([opts] { execute(*opts); });
 }

@@ -9,6 +9,10 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
     app.require_subcommand(1);
     kiln::tools::addRunCommand(app);
+    kiln::tools::addBuildCommand(app);
+    kiln::tools::addBenchCommand(app);
+    kiln::tools::addInspectCommand(app);
+    kiln::tools::addRoutesCommand(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

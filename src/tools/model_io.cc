@@ -48,6 +48,24 @@ Tensor randomTensor(DType dtype, const Dims& dims, std::mt19937_64& rng) {
 
 }  // namespace
 
+void addInputOptions(CLI::App& cmd, InputOptions& o) {
+    cmd.add_option("--inputs-dir", o.inputs_dir, "ONNX test_data_set folder with input_0.pb, input_1.pb, ... (or .npy)");
+    cmd.add_option("--input", o.input_files, "NAME=FILE (.pb TensorProto or .npy); repeatable");
+    cmd.add_option("--shapes", o.shapes, "NAME:DIMS (e.g. x:1x3x224x224) for random inputs with symbolic dims");
+    cmd.add_option("--seed", o.seed, "Seed for random inputs (inputs not given are random)");
+}
+
+void addProfileShapes(const Engine& engine, InputOptions& o) {
+    for (const auto& [name, range] : engine.profile) {
+        bool given = false;
+        for (const auto& s : o.shapes) given |= s.rfind(name + ":", 0) == 0;
+        if (given) continue;
+        std::string dims;
+        for (int64_t d : range.opt) dims += (dims.empty() ? "" : "x") + std::to_string(d);
+        o.shapes.push_back(name + ":" + dims);
+    }
+}
+
 TensorMap loadInputs(const Graph& g, const InputOptions& opts) {
     TensorMap inputs;
     const auto declared = g.runtimeInputs();

@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
+#include "engine/engine.h"
 #include "ir/graph.h"
 #include "runtime/executor.h"
 
@@ -17,6 +20,11 @@ struct InputOptions {
     std::vector<std::string> shapes;          // NAME:1x3x224x224 for symbolic dims of random inputs
     uint64_t seed = 0;
 };
+
+// Registers --inputs-dir, --input, --shapes and --seed on a command.
+void addInputOptions(CLI::App& cmd, InputOptions& o);
+// Random inputs with symbolic dims default to the engine profile's opt shapes.
+void addProfileShapes(const Engine& engine, InputOptions& o);
 
 // Loads or generates inputs for every runtime input of `g`.
 TensorMap loadInputs(const Graph& g, const InputOptions& opts);

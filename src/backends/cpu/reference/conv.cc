@@ -42,7 +42,9 @@ ConvGeometry convGeometry(const KernelContext& ctx, const Tensor& x, const Tenso
     return g;
 }
 
-std::vector<Tensor> conv(const KernelContext& ctx) {
+}  // namespace
+
+std::vector<Tensor> convKernel(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const Tensor& w = ctx.input(1);
     const Tensor* b = ctx.optionalInput(2);
@@ -104,6 +106,8 @@ std::vector<Tensor> conv(const KernelContext& ctx) {
         return out;
     })};
 }
+
+namespace {
 
 std::vector<Tensor> convTranspose(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
@@ -179,7 +183,7 @@ std::vector<Tensor> convTranspose(const KernelContext& ctx) {
 }  // namespace
 
 void registerConvKernels(KernelRegistry& r) {
-    r.add("Conv", conv);
+    r.add("Conv", convKernel);
     r.add("ConvTranspose", convTranspose);
 }
 

@@ -44,7 +44,9 @@ std::vector<Tensor> gemm(const KernelContext& ctx) {
     })};
 }
 
-std::vector<Tensor> matmul(const KernelContext& ctx) {
+}  // namespace
+
+std::vector<Tensor> matmulKernel(const KernelContext& ctx) {
     Tensor a = ctx.input(0);
     Tensor b = ctx.input(1);
     ctx.require(a.rank() >= 1 && b.rank() >= 1, "inputs must have rank >= 1");
@@ -87,11 +89,9 @@ std::vector<Tensor> matmul(const KernelContext& ctx) {
     })};
 }
 
-}  // namespace
-
 void registerGemmKernels(KernelRegistry& r) {
     r.add("Gemm", gemm);
-    r.add("MatMul", matmul);
+    r.add("MatMul", matmulKernel);
 }
 
 }  // namespace kiln

@@ -47,6 +47,11 @@ private:
 // The reference kernel table, built once from the explicit registration list.
 const KernelRegistry& referenceKernels();
 
+// Building blocks the fused kernels reuse (defined in the op family's file).
+std::vector<Tensor> convKernel(const KernelContext& ctx);
+std::vector<Tensor> matmulKernel(const KernelContext& ctx);
+Tensor transposeTensor(const Tensor& x, const std::vector<int64_t>& perm);
+
 // Registration functions, one per kernel file (listed in reference_kernels.cc).
 void registerElementwiseKernels(KernelRegistry& r);
 void registerActivationKernels(KernelRegistry& r);
@@ -62,5 +67,6 @@ void registerPadResizeKernels(KernelRegistry& r);
 void registerEinsumKernels(KernelRegistry& r);
 void registerGeneratorKernels(KernelRegistry& r);
 void registerLossKernels(KernelRegistry& r);
+void registerFusedKernels(KernelRegistry& r);
 
 }  // namespace kiln

@@ -1,5 +1,7 @@
 #include "backends/cpu/reference/kernel_util.h"
 
+#include <algorithm>
+
 namespace kiln {
 
 int64_t normalizeAxis(int64_t axis, int64_t rank, const KernelContext& ctx) {
@@ -41,6 +43,29 @@ Tensor legacyBroadcastOperand(const Tensor& a, const Tensor& b, const KernelCont
     Dims d = b.dims();
     d.insert(d.end(), static_cast<size_t>(trailing), 1);
     return b.reshaped(d);
+}
+
+std::function<double(double)> unaryFunction(const std::string& name, float p0, float p1, const KernelContext& ctx) {
+    const double a = p0, b = p1;
+    if (name == "Relu") return [](double v) { return v > 0 ? v : 0.0; };
+    if (name == "Sigmoid") return [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+    if (name == "Tanh") return [](double v) { return std::tanh(v); };
+    if (name == "LeakyRelu") return [a](double v) { return v >= 0 ? v : a * v; };
+    if (name == "Clip") return [a, b](double v) { return std::isnan(v) ? v : std::min(std::max(v, a), b); };
+    if (name == "HardSigmoid") return [a, b](double v) { return std::clamp(a * v + b, 0.0, 1.0); };
+    if (name == "HardSwish") return [](double v) { return v * std::clamp(v / 6.0 + 0.5, 0.0, 1.0); };
+    if (name == "Gelu") return [](double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); };
+    if (name == "GeluTanh") return [](double v) { return 0.5 * v * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))); };
+    if (name == "Softplus") return [](double v) { return v > 30 ? v : std::log1p(std::exp(v)); };
+    if (name == "Exp") return [](double v) { return std::exp(v); };
+    if (name == "Log") return [](double v) { return std::log(v); };
+    if (name == "Sqrt") return [](double v) { return std::sqrt(v); };
+    if (name == "Neg") return [](double v) { return -v; };
+    if (name == "Abs") return [](double v) { return std::fabs(v); };
+    if (name == "Erf") return [](double v) { return std::erf(v); };
+    if (name == "Reciprocal") return [](double v) { return 1.0 / v; };
+    if (name == "none" || name.empty()) return [](double v) { return v; };
+    ctx.fail("unknown fused activation '" + name + "'");
 }
 
 std::vector<int64_t> intsFromInputOrAttr(const KernelContext& ctx, size_t input, const std::string& attr) {

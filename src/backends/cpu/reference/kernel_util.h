@@ -50,6 +50,10 @@ Tensor mapElements(const Tensor& x, F f) {
     return out;
 }
 
+// The scalar function of a unary op or fused activation by name ("Relu", "Clip",
+// "LeakyRelu", "GeluTanh", "Exp", ...), with up to two float parameters.
+std::function<double(double)> unaryFunction(const std::string& name, float p0, float p1, const KernelContext& ctx);
+
 // Reads an optional 1-D integer input (e.g. axes) or falls back to an attribute.
 std::vector<int64_t> intsFromInputOrAttr(const KernelContext& ctx, size_t input, const std::string& attr);
 

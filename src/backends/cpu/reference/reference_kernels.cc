@@ -37,6 +37,7 @@ const KernelRegistry& referenceKernels() {
         registerEinsumKernels(r);
         registerGeneratorKernels(r);
         registerLossKernels(r);
+        registerFusedKernels(r);
         return r;
     }();
     return registry;

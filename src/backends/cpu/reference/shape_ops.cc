@@ -48,6 +48,8 @@ std::vector<Tensor> reshape(const KernelContext& ctx) {
     return {x.reshaped(shape)};
 }
 
+}  // namespace
+
 Tensor transposeTensor(const Tensor& x, const std::vector<int64_t>& perm) {
     const size_t rank = x.rank();
     Dims out_dims(rank);
@@ -72,6 +74,8 @@ Tensor transposeTensor(const Tensor& x, const std::vector<int64_t>& perm) {
     }
     return out;
 }
+
+namespace {
 
 std::vector<Tensor> transpose(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);

@@ -1,0 +1,124 @@
+// Kernels of the fused ops passes create (kiln domain): FusedConv, FusedMatMul,
+// Attention and ElementwiseChain. Each is defined as the composition it replaces, so the
+// reference stays the specification the fast backends must match.
+#include <cmath>
+
+#include "backends/cpu/reference/kernel_util.h"
+
+namespace kiln {
+
+namespace {
+
+// y = act(y + z), in y's dtype, with z broadcast; z may be null.
+Tensor epilogue(const KernelContext& ctx, const Tensor& y, const Tensor* z) {
+    auto params = ctx.attrs().getFloats("activation_params");
+    params.resize(2, 0.0f);
+    auto act = unaryFunction(ctx.attrs().getString("activation", "none"), params[0], params[1], ctx);
+    return dispatchFloat(y.dtype(), ctx.node.describe(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (!z) return mapElements<T>(y, act);
+        ctx.require(z->dtype() == y.dtype(), "residual input type differs from the output");
+        return broadcastBinary<T, T, T>(y, *z, ctx, [&](T a, T b) { return static_cast<T>(act(static_cast<double>(a) + static_cast<double>(b))); });
+    });
+}
+
+std::vector<Tensor> fusedConv(const KernelContext& ctx) {
+    const bool nhwc = ctx.attrs().getString("data_layout", "NCHW") == "NHWC";
+    Tensor x = ctx.input(0);
+    if (nhwc) x = transposeTensor(x, {0, 3, 1, 2});
+    KernelContext conv_ctx{ctx.node, {&x, ctx.inputs.at(1), ctx.optionalInput(2)}, ctx.opset, nullptr};
+    Tensor y = convKernel(conv_ctx)[0];
+    if (nhwc) y = transposeTensor(y, {0, 2, 3, 1});
+    return {epilogue(ctx, y, ctx.optionalInput(3))};
+}
+
+std::vector<Tensor> fusedMatMul(const KernelContext& ctx) {
+    Tensor b = ctx.input(1);
+    if (ctx.attrs().getInt("trans_b", 0) != 0) {
+        ctx.require(b.rank() == 2, "trans_b needs a 2-D B");
+        b = transposeTensor(b, {1, 0});
+    }
+    KernelContext mm{ctx.node, {ctx.inputs.at(0), &b}, ctx.opset, nullptr};
+    Tensor y = matmulKernel(mm)[0];
+    return {epilogue(ctx, y, ctx.optionalInput(2))};
+}
+
+std::vector<Tensor> attention(const KernelContext& ctx) {
+    KernelContext qk{ctx.node, {ctx.inputs.at(0), ctx.inputs.at(1)}, ctx.opset, nullptr};
+    Tensor s = matmulKernel(qk)[0];
+    const double scale = ctx.attrs().getFloat("scale", 1.0f);
+    const Tensor* mask = ctx.optionalInput(3);
+    Tensor p = dispatchFloat(s.dtype(), ctx.node.describe(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        Tensor scores = mask ? broadcastBinary<T, T, T>(s, *mask, ctx, [&](T a, T m) { return static_cast<T>(static_cast<double>(a) * scale + static_cast<double>(m)); })
+                             : mapElements<T>(s, [&](double a) { return a * scale; });
+        const int64_t len = scores.dims().back();
+        const int64_t rows = len ? scores.numel() / len : 0;
+        T* ps = scores.template data<T>();
+        for (int64_t r = 0; r < rows; ++r) {
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < len; ++j) mx = std::max(mx, static_cast<double>(ps[r * len + j]));
+            for (int64_t j = 0; j < len; ++j) sum += std::exp(static_cast<double>(ps[r * len + j]) - mx);
+            for (int64_t j = 0; j < len; ++j) ps[r * len + j] = static_cast<T>(std::exp(static_cast<double>(ps[r * len + j]) - mx) / sum);
+        }
+        return scores;
+    });
+    KernelContext pv{ctx.node, {&p, ctx.inputs.at(2)}, ctx.opset, nullptr};
+    return {matmulKernel(pv)[0]};
+}
+
+std::vector<Tensor> elementwiseChain(const KernelContext& ctx) {
+    const auto ops = ctx.attrs().getInts("operand");
+    const auto swapped = ctx.attrs().getInts("swapped");
+    const auto params = ctx.attrs().getFloats("params");
+    const auto& attr = ctx.attrs().all().at("ops");
+    const auto& names = std::get<std::vector<std::string>>(attr);
+    ctx.require(ops.size() == names.size() && swapped.size() == names.size() && params.size() == 2 * names.size(), "malformed chain attributes");
+    const Tensor& x = ctx.input(0);
+    Dims out_dims = x.dims();
+    for (size_t i = 1; i < ctx.numInputs(); ++i) out_dims = broadcastDims(out_dims, ctx.input(i).dims(), ctx.node.describe());
+    std::vector<std::vector<int64_t>> offsets;
+    for (size_t i = 0; i < ctx.numInputs(); ++i) offsets.push_back(broadcastOffsets(out_dims, ctx.input(i).dims()));
+    std::vector<std::function<double(double)>> unary(names.size());
+    for (size_t s = 0; s < names.size(); ++s)
+        if (ops[s] < 0) unary[s] = unaryFunction(names[s], params[2 * s], params[2 * s + 1], ctx);
+    return {dispatchFloat(x.dtype(), ctx.node.describe(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        Tensor out(x.dtype(), out_dims);
+        for (int64_t i = 0; i < out.numel(); ++i) {
+            double v = static_cast<double>(x.data<T>()[offsets[0][i]]);
+            for (size_t s = 0; s < names.size(); ++s) {
+                if (ops[s] < 0) {
+                    v = unary[s](v);
+                    continue;
+                }
+                double o = static_cast<double>(ctx.input(ops[s]).template data<T>()[offsets[ops[s]][i]]);
+                double l = swapped[s] ? o : v, r = swapped[s] ? v : o;
+                const std::string& op = names[s];
+                if (op == "Add") v = l + r;
+                else if (op == "Sub") v = l - r;
+                else if (op == "Mul") v = l * r;
+                else if (op == "Div") v = l / r;
+                else if (op == "Pow") v = std::pow(l, r);
+                else if (op == "Max") v = std::max(l, r);
+                else if (op == "Min") v = std::min(l, r);
+                else ctx.fail("unknown binary step '" + op + "'");
+                // Round like the unfused graph, which stores every intermediate in T.
+                v = static_cast<double>(static_cast<T>(v));
+            }
+            out.data<T>()[i] = static_cast<T>(v);
+        }
+        return out;
+    })};
+}
+
+}  // namespace
+
+void registerFusedKernels(KernelRegistry& r) {
+    r.add("FusedConv", fusedConv);
+    r.add("FusedMatMul", fusedMatMul);
+    r.add("Attention", attention);
+    r.add("ElementwiseChain", elementwiseChain);
+}
+
+}  // namespace kiln

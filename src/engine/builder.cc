@@ -1,0 +1,105 @@
+#include "engine/builder.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "backends/cpu/reference/kernel.h"
+#include "passes/pass.h"
+
+namespace kiln {
+
+const ParameterSpec& memoryPlannerParameter() {
+    static const ParameterSpec p{"memory.planner", {"none", "greedy", "linear"}, "greedy", "runtime",
+                                 "Activation memory plan: a buffer per value, best-fit reuse by size, or first-fit in execution order"};
+    return p;
+}
+
+const ParameterSpec& debugFaultParameter() {
+    static const ParameterSpec p{"debug.fault", {"none", "build_error", "crash", "hang", "wrong"}, "none", "builder",
+                                 "Fault injection for testing the tuner's isolation", true};
+    return p;
+}
+
+const ParameterSpace& Builder::space() {
+    static const ParameterSpace s = [] {
+        std::vector<ParameterSpec> all = passParameters();
+        all.push_back(memoryPlannerParameter());
+        all.push_back(debugFaultParameter());
+        return ParameterSpace(all);
+    }();
+    return s;
+}
+
+Builder::Builder(Graph model, std::string model_hash, std::string target)
+    : model_(std::move(model)), model_hash_(std::move(model_hash)), target_(std::move(target)), route_(BuildRoute::defaults(space())) {
+    targetSignature(target_);  // validates the target name
+}
+
+void Builder::setShapeProfile(ShapeProfile profile) {
+    for (const auto& [name, r] : profile) {
+        bool known = false;
+        for (const auto& in : model_.runtimeInputs()) known |= in.name == name;
+        check(known, "shape profile names unknown input '" + name + "'");
+        check(r.min.size() == r.max.size() && r.opt.size() == r.max.size(), "shape profile for '" + name + "': min/opt/max ranks differ");
+        for (size_t d = 0; d < r.max.size(); ++d)
+            check(r.min[d] <= r.opt[d] && r.opt[d] <= r.max[d], "shape profile for '" + name + "': needs min <= opt <= max in every dim");
+    }
+    profile_ = std::move(profile);
+}
+
+Graph Builder::optimize() const { return optimizeGraph(model_, route_.values()); }
+
+Engine Builder::build() const {
+    const std::string fault = route_.get(debugFaultParameter().name);
+    if (fault == "build_error") throw Error("debug.fault=build_error: injected build failure");
+    if (fault == "crash") std::abort();
+    if (fault == "hang") std::this_thread::sleep_for(std::chrono::hours(24));
+    Engine e;
+    e.kiln_version = KILN_VERSION;
+    e.target = targetSignature(target_);
+    e.route = route_.text();
+    e.model_hash = model_hash_;
+    e.profile = profile_;
+    e.graph = optimize();
+    if (fault == "wrong") {
+        // Scale the first graph output: a build that runs fine but computes wrong numbers.
+        const std::string out = e.graph.outputs.at(0).name, tmp = out + "_before_fault", k = out + "_fault_scale";
+        for (auto& n : e.graph.nodes)
+            for (auto& o : n.outputs)
+                if (o == out) o = tmp;
+        e.graph.initializers[k] = Tensor::scalar<float>(1.5f);
+        e.graph.nodes.push_back(Node{"debug_fault", "Mul", "", {tmp, k}, {out}, {}});
+    }
+    std::string missing;
+    for (const auto& n : e.graph.nodes) {
+        if (!referenceKernels().find(n.op_type)) missing += (missing.empty() ? "" : ", ") + n.describe();
+        e.tactics[n.name] = "reference";
+    }
+    check(missing.empty(), "no CPU kernel for " + missing);
+    return e;
+}
+
+std::vector<std::string> Builder::affectingParameters() const {
+    const std::string base = dumpGraph(optimize());
+    std::vector<std::string> out;
+    for (const auto& p : space().parameters()) {
+        if (p.hidden) continue;
+        if (p.owner == "runtime") {
+            if (!model_.nodes.empty()) out.push_back(p.name);
+            continue;
+        }
+        for (const auto& v : p.values) {
+            if (v == route_.get(p.name)) continue;
+            BuildRoute r = route_;
+            r.set(p.name, v, space());
+            if (dumpGraph(optimizeGraph(model_, r.values())) != base) {
+                out.push_back(p.name);
+                break;
+            }
+        }
+    }
+    return out;
+}
+
+}  // namespace kiln

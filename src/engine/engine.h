@@ -1,0 +1,46 @@
+// An engine: the result of one build, as it is serialized. See engine_file.cc for the byte
+// layout.
+#pragma once
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace kiln {
+
+constexpr uint32_t kEngineFormatVersion = 1;
+
+// Allowed input shapes of an engine (trtexec's --minShapes/--optShapes/--maxShapes).
+struct ShapeRange {
+    Dims min, opt, max;
+};
+using ShapeProfile = std::map<std::string, ShapeRange>;
+
+struct Engine {
+    std::string kiln_version;
+    std::string target;      // target signature, e.g. "cpu/x86_64/reference"
+    std::string route;       // canonical build route text
+    std::string model_hash;  // FNV-1a 64 of the source model file(s)
+    ShapeProfile profile;    // empty: the graph's declared input shapes
+    Graph graph;             // optimized, lowered graph
+    std::map<std::string, std::string> tactics;  // node name -> chosen tactic
+};
+
+// The signature of the machine/backend an engine runs on; loading compares it.
+std::string targetSignature(const std::string& target);
+
+// Writes / reads an engine file. Reading validates magic, format version, checksum, every
+// length and count, and the target; any problem is an Error naming the file and the fault.
+void writeEngine(const Engine& engine, const std::filesystem::path& path);
+std::string serializeEngine(const Engine& engine);
+Engine readEngine(const std::filesystem::path& path, const std::string& expected_target = "");
+Engine deserializeEngine(const std::string& bytes, const std::string& where, const std::string& expected_target = "");
+
+// Is this file an engine (by its magic bytes)?
+bool isEngineFile(const std::filesystem::path& path);
+
+// FNV-1a 64 of a file's bytes plus those of any sibling external-data files it names.
+std::string modelFileHash(const std::filesystem::path& path);
+
+}  // namespace kiln

@@ -1,0 +1,130 @@
+// GEMM fusions:
+//  - horizontal: MatMuls that share their input and have constant 2-D weights become one
+//    MatMul on the concatenated weights followed by a Split (e.g. Q/K/V projections);
+//  - vertical: MatMul + bias Add (+ activation), and Gemm (+ activation), become one
+//    FusedMatMul(A, B [, bias]) {trans_b, activation} in the kiln domain.
+#include "passes/graph_rewrite.h"
+#include "passes/pass.h"
+
+namespace kiln {
+
+namespace {
+
+void fuseHorizontalMatMuls(Graph& g, const RouteValues& route) {
+    if (!routeOn(route, "fusion.horizontal_matmul")) return;
+    std::map<std::string, std::vector<size_t>> by_input;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const Node& n = g.nodes[i];
+        const Tensor* w = n.op_type == "MatMul" && n.domain.empty() ? constantOf(g, n.inputs[1]) : nullptr;
+        if (w && w->rank() == 2 && w->dtype() == DType::F32) by_input[n.inputs[0]].push_back(i);
+    }
+    std::vector<bool> erase(g.nodes.size(), false);
+    std::vector<Node> added;
+    for (const auto& [input, group] : by_input) {
+        if (group.size() < 2) continue;
+        const int64_t K = constantOf(g, g.nodes[group[0]].inputs[1])->dims()[0];
+        std::vector<size_t> members;
+        for (size_t i : group)
+            if (constantOf(g, g.nodes[i].inputs[1])->dims()[0] == K) members.push_back(i);
+        if (members.size() < 2) continue;
+        int64_t total = 0;
+        std::vector<int64_t> widths;
+        for (size_t i : members) {
+            widths.push_back(constantOf(g, g.nodes[i].inputs[1])->dims()[1]);
+            total += widths.back();
+        }
+        Tensor w(DType::F32, {K, total});
+        int64_t col = 0;
+        for (size_t m = 0; m < members.size(); ++m) {
+            const Tensor* part = constantOf(g, g.nodes[members[m]].inputs[1]);
+            for (int64_t r = 0; r < K; ++r)
+                for (int64_t c = 0; c < widths[m]; ++c) w.data<float>()[r * total + col + c] = part->data<float>()[r * widths[m] + c];
+            col += widths[m];
+        }
+        const std::string base = g.nodes[members[0]].name + "_hfused";
+        const std::string wname = freshName(g, base + "_weight"), yname = freshName(g, base + "_out"), sname = freshName(g, base + "_split");
+        g.initializers[wname] = w;
+        g.initializers[sname] = Tensor::fromVector<int64_t>({static_cast<int64_t>(widths.size())}, widths);
+        added.push_back(Node{freshName(g, base), "MatMul", "", {input, wname}, {yname}, {}});
+        Node split{freshName(g, base + "_split_node"), "Split", "", {yname, sname}, {}, {}};
+        split.attrs.set("axis", int64_t{-1});
+        for (size_t i : members) {
+            split.outputs.push_back(g.nodes[i].outputs[0]);
+            erase[i] = true;
+        }
+        added.push_back(split);
+    }
+    if (added.empty()) return;
+    eraseNodes(g, erase);
+    for (auto& n : added) g.nodes.push_back(std::move(n));
+    // Split takes its sizes as an input from opset 13; older graphs keep the attribute form.
+    if (g.opset < 13)
+        for (auto& n : g.nodes)
+            if (n.op_type == "Split" && n.inputs.size() == 2 && g.initializers.count(n.inputs[1]) && n.name.find("_hfused") != std::string::npos) {
+                n.attrs.set("split", g.initializers.at(n.inputs[1]).toInt64Vector());
+                n.inputs.resize(1);
+            }
+}
+
+// Appends an activation that is the sole consumer of fused.outputs[0].
+void absorbActivation(Graph& g, const GraphIndex& index, Node& fused, std::vector<bool>& erase) {
+    int c = index.soleConsumer(fused.outputs[0]);
+    std::string act;
+    std::vector<float> params;
+    if (c < 0 || erase[c] || !fusableActivation(g, g.nodes[c], &act, &params)) return;
+    setActivation(fused, act, params);
+    fused.outputs[0] = g.nodes[c].outputs[0];
+    erase[c] = true;
+}
+
+void fuseGemmBiasActivation(Graph& g, const RouteValues& route) {
+    if (!routeOn(route, "fusion.gemm_bias_act")) return;
+    GraphIndex index(g);
+    std::vector<bool> erase(g.nodes.size(), false);
+    std::vector<Node> added;
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const Node& n = g.nodes[i];
+        if (erase[i] || !n.domain.empty() || (n.op_type != "Gemm" && n.op_type != "MatMul") || n.inputs.size() < 2) continue;
+        Node fused{freshName(g, n.name + "_fused"), "FusedMatMul", "kiln", {n.inputs[0], n.inputs[1]}, {n.outputs[0]}, {}};
+        if (n.op_type == "Gemm") {
+            if (n.attrs.getInt("transA", 0) || n.attrs.getFloat("alpha", 1) != 1.0f || n.attrs.getFloat("beta", 1) != 1.0f) continue;
+            const Tensor* c = n.hasInput(2) ? constantOf(g, n.inputs[2]) : nullptr;
+            if (n.hasInput(2) && (!c || c->rank() != 1)) continue;
+            fused.attrs.set("trans_b", n.attrs.getInt("transB", 0));
+            if (c) fused.inputs.push_back(n.inputs[2]);
+        } else if (n.op_type == "MatMul") {
+            const Tensor* w = constantOf(g, n.inputs[1]);
+            int add = index.soleConsumer(n.outputs[0]);
+            if (!w || w->rank() != 2 || add < 0 || g.nodes[add].op_type != "Add" || erase[add]) continue;
+            const Tensor* bias = constantOf(g, otherInput(g.nodes[add], n.outputs[0]));
+            if (!bias || bias->rank() != 1 || bias->dims()[0] != w->dims()[1]) continue;
+            fused.attrs.set("trans_b", int64_t{0});
+            fused.inputs.push_back(otherInput(g.nodes[add], n.outputs[0]));
+            fused.outputs[0] = g.nodes[add].outputs[0];
+            erase[add] = true;
+        } else {
+            continue;
+        }
+        erase[i] = true;
+        absorbActivation(g, index, fused, erase);
+        added.push_back(fused);
+    }
+    eraseNodes(g, erase);
+    for (auto& n : added) g.nodes.push_back(std::move(n));
+}
+
+}  // namespace
+
+Pass horizontalMatMulFusionPass() {
+    return {"horizontal_matmul_fusion",
+            {{"fusion.horizontal_matmul", {"on", "off"}, "off", "horizontal_matmul_fusion", "Merge MatMuls that share an input and have constant weights into one MatMul + Split"}},
+            fuseHorizontalMatMuls};
+}
+
+Pass gemmBiasActivationFusionPass() {
+    return {"gemm_bias_act_fusion",
+            {{"fusion.gemm_bias_act", {"on", "off"}, "on", "gemm_bias_act_fusion", "Fuse MatMul/Gemm with its bias add and activation into FusedMatMul"}},
+            fuseGemmBiasActivation};
+}
+
+}  // namespace kiln

@@ -1,0 +1,46 @@
+// Graph passes. Each pass declares the parameters it reads (registered beside it) and
+// rewrites the graph according to the route. passes/pipeline.cc lists them in order.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+#include "ir/parameter.h"
+
+namespace kiln {
+
+struct Pass {
+    std::string name;
+    std::vector<ParameterSpec> parameters;
+    // Rewrites `g` in place; may leave nodes unsorted (the pipeline sorts and verifies).
+    void (*run)(Graph& g, const RouteValues& route);
+};
+
+// The optimization pipeline in execution order.
+const std::vector<Pass>& passPipeline();
+// Every parameter the passes declare.
+std::vector<ParameterSpec> passParameters();
+// Runs every pass on a copy of `g`, verifying the graph after each one.
+Graph optimizeGraph(const Graph& g, const RouteValues& route);
+
+// The passes, one per file.
+Pass constantFoldingPass();
+Pass deadCodeEliminationPass();
+Pass commonSubexpressionPass();
+Pass identityEliminationPass();
+Pass reshapeChainPass();
+Pass transposeCancelPass();
+Pass batchNormFoldingPass();
+Pass layerNormFusionPass();
+Pass geluFusionPass();
+Pass attentionFusionPass();
+Pass horizontalMatMulFusionPass();
+Pass gemmBiasActivationFusionPass();
+Pass convBiasActivationFusionPass();
+Pass elementwiseChainFusionPass();
+Pass precisionAssignmentPass();
+Pass layoutAssignmentPass();
+Pass padIntoConvPass();
+Pass softmaxFusionPass();
+
+}  // namespace kiln

@@ -1,0 +1,101 @@
+#include "runtime/context.h"
+
+#include <cstring>
+
+#include "engine/builder.h"
+
+namespace kiln {
+
+namespace {
+
+// First run for a shape signature: keeps the kernels' tensors and records each value's
+// size and lifetime for planning.
+class SizeRecorder : public ValuePlacer {
+public:
+    explicit SizeRecorder(const GraphExecutor& exec) : exec_(exec) {}
+    Tensor place(size_t node, const std::string& value, Tensor computed) override {
+        if (exec_.lastUse(value) < exec_.graph().nodes.size()) {  // graph outputs stay out of the arena
+            names.push_back(value);
+            requests.push_back({node, std::max(node, exec_.lastUse(value)), computed.byteSize()});
+        }
+        return computed;
+    }
+    std::vector<std::string> names;
+    std::vector<BufferRequest> requests;
+
+private:
+    const GraphExecutor& exec_;
+};
+
+std::string shapeSignature(const TensorMap& inputs) {
+    std::string s;
+    for (const auto& [name, t] : inputs) s += name + ":" + t.summary() + ";";
+    return s;
+}
+
+}  // namespace
+
+// Planned slots for one input-shape signature; values are copied into their slot.
+struct ExecutionContext::Arena : ValuePlacer {
+    std::map<std::string, std::pair<size_t, size_t>> slots;  // value -> (offset, bytes)
+    std::shared_ptr<std::byte[]> memory;
+    MemoryPlan plan;
+    Tensor place(size_t, const std::string& value, Tensor computed) override {
+        auto it = slots.find(value);
+        if (it == slots.end() || computed.byteSize() != it->second.second) {
+            // A value kept outside the arena must not alias it (Reshape/Identity return views).
+            const std::byte* p = computed.raw();
+            const bool aliases = p >= memory.get() && p < memory.get() + plan.arena_bytes;
+            return aliases ? computed.clone() : computed;
+        }
+        Tensor slot = Tensor::alias(computed.dtype(), computed.dims(), memory, it->second.first);
+        if (computed.byteSize()) std::memcpy(slot.raw(), computed.raw(), computed.byteSize());
+        return slot;
+    }
+};
+
+ExecutionContext::ExecutionContext(const Engine& engine) : engine_(engine), executor_(engine.graph) {
+    // The planner comes from the engine's route text ("name=value;...").
+    planner_ = memoryPlannerParameter().default_value;
+    const std::string key = memoryPlannerParameter().name + "=";
+    size_t start = 0;
+    while (start < engine.route.size()) {
+        size_t end = engine.route.find(';', start);
+        if (end == std::string::npos) end = engine.route.size();
+        if (engine.route.compare(start, key.size(), key) == 0) planner_ = engine.route.substr(start + key.size(), end - start - key.size());
+        start = end + 1;
+    }
+    stats_.planner = planner_;
+}
+
+ExecutionContext::~ExecutionContext() = default;
+
+std::vector<Tensor> ExecutionContext::run(const TensorMap& inputs) {
+    for (const auto& [name, range] : engine_.profile) {
+        auto it = inputs.find(name);
+        if (it == inputs.end()) continue;  // checkInputs reports it
+        const Dims& d = it->second.dims();
+        bool inside = d.size() == range.max.size();
+        for (size_t i = 0; inside && i < d.size(); ++i) inside = d[i] >= range.min[i] && d[i] <= range.max[i];
+        check(inside, "input '" + name + "' has shape " + dimsToString(d) + ", outside the engine's profile " + dimsToString(range.min) + " .. " + dimsToString(range.max));
+    }
+    const std::string sig = shapeSignature(inputs);
+    auto it = arenas_.find(sig);
+    if (it == arenas_.end()) {
+        SizeRecorder recorder(executor_);
+        auto outputs = executor_.run(inputs, &recorder);
+        auto arena = std::make_unique<Arena>();
+        arena->plan = planMemory(recorder.requests, planner_);
+        arena->memory = allocateBytes(arena->plan.arena_bytes);
+        for (size_t i = 0; i < recorder.names.size(); ++i) arena->slots[recorder.names[i]] = {arena->plan.offsets[i], recorder.requests[i].bytes};
+        stats_.arena_bytes = arena->plan.arena_bytes;
+        stats_.unplanned_bytes = arena->plan.unplanned_bytes;
+        arenas_[sig] = std::move(arena);
+        return outputs;
+    }
+    stats_.arena_bytes = it->second->plan.arena_bytes;
+    stats_.unplanned_bytes = it->second->plan.unplanned_bytes;
+    return executor_.run(inputs, it->second.get());
+}
+
+}  // namespace kiln

@@ -1,0 +1,37 @@
+// An execution context: runs one engine with its own activation arena. Several contexts
+// may share one engine across threads.
+#include <map>
+#include <memory>
+
+#include "engine/engine.h"
+#include "runtime/executor.h"
+#include "runtime/memory_plan.h"
+
+#pragma once
+
+namespace kiln {
+
+struct ContextStats {
+    size_t arena_bytes = 0;      // planned activation memory for the last input shapes
+    size_t unplanned_bytes = 0;  // what the same activations take without reuse
+    std::string planner;
+};
+
+class ExecutionContext {
+public:
+    explicit ExecutionContext(const Engine& engine);
+    ~ExecutionContext();
+    // Checks inputs against the graph and the engine's shape profile, then runs.
+    std::vector<Tensor> run(const TensorMap& inputs);
+    const ContextStats& stats() const { return stats_; }
+
+private:
+    struct Arena;
+    const Engine& engine_;
+    GraphExecutor executor_;
+    std::string planner_;
+    std::map<std::string, std::unique_ptr<Arena>> arenas_;  // per input-shape signature
+    ContextStats stats_;
+};
+
+}  // namespace kiln
