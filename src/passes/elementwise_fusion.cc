@@ -36,11 +36,12 @@ struct Step {
     float p0 = 0, p1 = 0;
 };
 
-// Describes node `n` as a step applied to `flow`; false if it cannot be a chain step.
+// Describes node `n` as a step applied to `flow` (known to be f32: chain ops keep their
+// input's type); false if it cannot be a chain step.
 bool asStep(const Graph& g, const Node& n, const std::string& flow, Step* s, std::string* extra) {
-    if (!n.domain.empty() || n.outputs.size() != 1 || !isFloatValue(g, n.outputs[0])) return false;
+    if (!n.domain.empty() || n.outputs.size() != 1) return false;
     if (binaryOps().count(n.op_type) && n.inputs.size() == 2 && n.inputs[0] != n.inputs[1]) {
-        if (!isFloatValue(g, n.inputs[0]) || !isFloatValue(g, n.inputs[1])) return false;
+        if (!isFloatValue(g, n.inputs[0] == flow ? n.inputs[1] : n.inputs[0])) return false;
         s->op = n.op_type;
         s->swapped = n.inputs[1] == flow;
         *extra = s->swapped ? n.inputs[0] : n.inputs[1];
@@ -69,7 +70,8 @@ void fuseElementwiseChains(Graph& g, const RouteValues& route) {
         if (taken[i]) continue;
         Step first;
         std::string extra;
-        // A chain starts at a step whose flow input is its first input.
+        // A chain starts at a step whose flow input is its first input, an f32 value.
+        if (g.nodes[i].inputs.empty() || !isFloatValue(g, g.nodes[i].inputs[0])) continue;
         if (!asStep(g, g.nodes[i], g.nodes[i].inputs.empty() ? "" : g.nodes[i].inputs[0], &first, &extra)) continue;
         Node fused{freshName(g, g.nodes[i].name + "_chain"), "ElementwiseChain", "kiln", {g.nodes[i].inputs[0]}, {}, {}};
         std::vector<Step> steps;

@@ -45,6 +45,7 @@ bool scalarConstant(const Graph& g, const std::string& value, double* out) {
 std::string freshName(const Graph& g, const std::string& base) {
     std::set<std::string> used = definedNames(g);
     for (const auto& n : g.nodes) used.insert(n.name);
+    for (const auto& [name, vi] : g.value_info) used.insert(name);
     if (!used.count(base)) return base;
     for (int i = 1;; ++i) {
         std::string name = base + "_" + std::to_string(i);

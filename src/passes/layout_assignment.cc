@@ -30,6 +30,8 @@ void assignConvLayout(Graph& g, const RouteValues& route) {
         n.outputs[0] = freshName(g, result + "_nhwc");
         g.value_info[n.outputs[0]] = ValueInfo{n.outputs[0], DType::Undefined, {}};
         n.attrs.set("data_layout", std::string("NHWC"));
+        n.op_type = "FusedConv";  // the kiln-domain conv carries the layout attribute
+        n.domain = "kiln";
         Node back{freshName(g, result + "_to_nchw"), "Transpose", "", {n.outputs[0]}, {result}, {}};
         back.attrs.set("perm", std::vector<int64_t>{0, 3, 1, 2});
         added.push_back(back);

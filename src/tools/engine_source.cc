@@ -44,7 +44,8 @@ BuildRoute routeFromOptions(const BuildOptions& o) {
 
 Engine buildEngine(const std::string& model, const BuildOptions& o) {
     check(o.target == "cpu", "--target " + o.target + ": only the cpu target is available in this build");
-    Builder builder(importOnnxModel(model), modelFileHash(model), o.target);
+    Graph graph = importOnnxModel(model);
+    Builder builder(std::move(graph), modelFileHash(model), o.target);
     builder.setBuildRoute(routeFromOptions(o));
     ShapeProfile profile;
     for (const auto& spec : o.max_shapes) {

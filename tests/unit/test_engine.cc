@@ -1,0 +1,151 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include "engine/builder.h"
+#include "onnx_import/importer.h"
+#include "onnx_import/tensor_proto.h"
+#include "runtime/context.h"
+#include "runtime/memory_plan.h"
+#include "test_helpers.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+
+namespace {
+const std::string kModels = std::string(KILN_SOURCE_DIR) + "/models";
+
+Engine buildModel(const std::string& name, const std::string& route = "") {
+    Builder b(importOnnxModel(kModels + "/" + name + "/model.onnx"), modelFileHash(kModels + "/" + name + "/model.onnx"));
+    b.setBuildRoute(BuildRoute::parse(route, Builder::space()));
+    return b.build();
+}
+TensorMap inputsOf(const std::string& name) { return {{"x", loadTensorFile(kModels + "/" + name + "/test_data_set_0/input_0.pb")}}; }
+
+uint64_t fnv(const std::string& s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; ++i) {
+        h ^= static_cast<unsigned char>(s[i]);
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+}  // namespace
+
+TEST(EngineFile, SaveLoadRunIsBitExact) {
+    for (const std::string model : {"mlp", "small_cnn", "transformer_block"}) {
+        Engine e = buildModel(model, "precision.matmul=f16");
+        std::string bytes = serializeEngine(e);
+        Engine back = deserializeEngine(bytes, "mem", targetSignature("cpu"));
+        EXPECT_EQ(back.route, e.route);
+        EXPECT_EQ(serializeEngine(back), bytes);  // stable re-serialization
+        auto a = ExecutionContext(e).run(inputsOf(model)), b = ExecutionContext(back).run(inputsOf(model));
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i) {
+            ASSERT_EQ(a[i].byteSize(), b[i].byteSize());
+            EXPECT_EQ(std::memcmp(a[i].raw(), b[i].raw(), a[i].byteSize()), 0) << model;
+        }
+    }
+}
+
+TEST(EngineFile, EveryFlippedByteIsDetected) {
+    const std::string bytes = serializeEngine(buildModel("small_cnn"));
+    const size_t step = std::max<size_t>(1, bytes.size() / 400);
+    for (size_t pos = 0; pos < bytes.size(); pos += step) {
+        std::string bad = bytes;
+        bad[pos] = static_cast<char>(bad[pos] ^ 0x5a);
+        EXPECT_THROW(deserializeEngine(bad, "flipped", ""), Error) << "byte " << pos;
+    }
+    for (size_t len : {size_t{0}, size_t{7}, size_t{30}, bytes.size() / 2, bytes.size() - 1}) EXPECT_THROW(deserializeEngine(bytes.substr(0, len), "cut", ""), Error);
+}
+
+TEST(EngineFile, RandomMutationsWithValidChecksumNeverCrash) {
+    const std::string bytes = serializeEngine(buildModel("mlp"));
+    std::mt19937 rng(77);
+    int rejected = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+        std::string bad = bytes;
+        const size_t payload_end = bad.size() - 8;
+        for (int k = 0; k < 1 + trial % 4; ++k) bad[24 + rng() % (payload_end - 24)] = static_cast<char>(rng());
+        uint64_t h = fnv(bad, payload_end);
+        std::memcpy(bad.data() + payload_end, &h, 8);  // re-seal so the parser itself is exercised
+        try {
+            deserializeEngine(bad, "mutated", "");
+        } catch (const Error&) {
+            ++rejected;
+        }
+    }
+    EXPECT_GT(rejected, 0);
+}
+
+TEST(EngineFile, NewerFormatAndOtherTargetAreRefused) {
+    std::string bytes = serializeEngine(buildModel("mlp"));
+    std::string newer = bytes;
+    newer[8] = static_cast<char>(kEngineFormatVersion + 1);
+    try {
+        deserializeEngine(newer, "e", "");
+        FAIL();
+    } catch (const Error& err) {
+        EXPECT_NE(std::string(err.what()).find("newer than this Kiln supports"), std::string::npos);
+    }
+    try {
+        deserializeEngine(bytes, "e", "cuda/sm_90");
+        FAIL();
+    } catch (const Error& err) {
+        EXPECT_NE(std::string(err.what()).find("built for target"), std::string::npos);
+    }
+    EXPECT_THROW(deserializeEngine("not an engine at all, definitely", "e", ""), Error);
+}
+
+TEST(MemoryPlan, LiveBuffersNeverOverlapAndReuseSavesMemory) {
+    std::mt19937 rng(5);
+    for (const std::string strategy : {"none", "greedy", "linear"}) {
+        std::vector<BufferRequest> req;
+        for (int i = 0; i < 60; ++i) {
+            size_t first = rng() % 50;
+            req.push_back({first, first + rng() % 6, 64 + rng() % 5000});
+        }
+        MemoryPlan plan = planMemory(req, strategy);
+        for (size_t a = 0; a < req.size(); ++a)
+            for (size_t b = a + 1; b < req.size(); ++b) {
+                bool live = req[a].first_use <= req[b].last_use && req[b].first_use <= req[a].last_use;
+                bool apart = plan.offsets[a] + req[a].bytes <= plan.offsets[b] || plan.offsets[b] + req[b].bytes <= plan.offsets[a];
+                EXPECT_TRUE(!live || apart) << strategy;
+            }
+        if (strategy != "none") EXPECT_LT(plan.arena_bytes, plan.unplanned_bytes);
+    }
+    EXPECT_THROW(planMemory({}, "bogus"), Error);
+}
+
+TEST(ExecutionContext, SeveralThreadsShareOneEngine) {
+    Engine e = buildModel("transformer_block");
+    TensorMap in = inputsOf("transformer_block");
+    const Tensor expected = ExecutionContext(e).run(in)[0];
+    std::vector<std::thread> threads;
+    std::vector<int> ok(4, 0);
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            ExecutionContext ctx(e);
+            bool same = true;
+            for (int r = 0; r < 3; ++r) {
+                Tensor y = ctx.run(in)[0];
+                same &= std::memcmp(y.raw(), expected.raw(), y.byteSize()) == 0;
+            }
+            ok[t] = same;
+        });
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < 4; ++t) EXPECT_TRUE(ok[t]) << "thread " << t;
+}
+
+TEST(ExecutionContext, ShapeProfileBoundsInputs) {
+    Builder b(importOnnxModel(kModels + "/mlp/model.onnx"), "");
+    b.setShapeProfile({{"x", ShapeRange{{1, 64}, {4, 64}, {8, 64}}}});
+    Engine e = b.build();
+    ExecutionContext ctx(e);
+    std::mt19937 rng(1);
+    EXPECT_EQ(ctx.run({{"x", randomTensor({8, 64}, rng)}})[0].dims(), (Dims{8, 10}));
+    EXPECT_EQ(ctx.run({{"x", randomTensor({2, 64}, rng)}})[0].dims(), (Dims{2, 10}));
+    EXPECT_THROW(ctx.run({{"x", randomTensor({9, 64}, rng)}}), Error);
+    EXPECT_THROW(b.setShapeProfile({{"nope", ShapeRange{{1}, {1}, {1}}}}), Error);
+}

@@ -1,0 +1,95 @@
+#include <gtest/gtest.h>
+
+#include "engine/builder.h"
+#include "route/expression.h"
+
+using namespace kiln;
+
+namespace {
+const ParameterSpace& space() { return Builder::space(); }
+std::string errorOf(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+}  // namespace
+
+TEST(Space, HasAtLeast25VisibleParametersWithValidDefaults) {
+    int visible = 0;
+    for (const auto& p : space().parameters()) {
+        visible += !p.hidden;
+        EXPECT_FALSE(p.description.empty()) << p.name;
+        EXPECT_FALSE(p.owner.empty()) << p.name;
+    }
+    EXPECT_GE(visible, 25);
+}
+
+TEST(BuildRoute, CanonicalTextRoundTripsAndHashIsStable) {
+    BuildRoute r = BuildRoute::parse("precision.matmul=f16; fusion.gelu=off", space());
+    EXPECT_EQ(r.get("precision.matmul"), "f16");
+    EXPECT_EQ(r.get("fusion.layernorm"), "on");  // default
+    BuildRoute back = BuildRoute::parse(r.text(), space());
+    EXPECT_EQ(back, r);
+    EXPECT_EQ(back.hash(), r.hash());
+    EXPECT_NE(r.hash(), BuildRoute::defaults(space()).hash());
+    EXPECT_EQ(r.changesText(space()), "fusion.gelu=off;precision.matmul=f16");
+    // Canonical text is sorted by name.
+    std::string text = r.text();
+    EXPECT_LT(text.find("fusion.gelu"), text.find("precision.matmul"));
+    EXPECT_EQ(BuildRoute::defaults(space()).changesText(space()), "default");
+}
+
+TEST(BuildRoute, BadNamesAndValuesListTheValidOnes) {
+    EXPECT_NE(errorOf([] { BuildRoute::parse("fusion.gelu=maybe", space()); }).find("allowed: on, off"), std::string::npos);
+    EXPECT_NE(errorOf([] { BuildRoute::parse("fusion.gelux=on", space()); }).find("fusion.gelu"), std::string::npos);
+    EXPECT_NE(errorOf([] { BuildRoute::parse("fusion.gelu", space()); }).find("not a name=value pair"), std::string::npos);
+}
+
+TEST(Expression, CrossProductsGlobsAndUnions) {
+    auto r = expandRouteExpression("fusion.gelu=[on,off] precision.matmul=[f32,f16,bf16]", space());
+    EXPECT_EQ(r.routes.size(), 6u);
+    auto all = expandRouteExpression("precision.*=*", space());
+    EXPECT_EQ(all.routes.size(), 243u);  // 3^5
+    auto u = expandRouteExpression("default | fusion.gelu=off | fusion.gelu=on", space());
+    EXPECT_EQ(u.generated, 3u);
+    EXPECT_EQ(u.routes.size(), 2u);  // fusion.gelu=on is the default: deduplicated
+    auto grouped = expandRouteExpression("(fusion.gelu=off | fusion.layernorm=off) precision.conv=[f32,f16]", space());
+    EXPECT_EQ(grouped.routes.size(), 4u);
+}
+
+TEST(Expression, StrategiesOneAtATimeAndRandom) {
+    auto oat = expandRouteExpression("one-at-a-time", space());
+    size_t expected = 1;
+    for (const auto& p : space().parameters())
+        if (!p.hidden) expected += p.values.size() - 1;
+    EXPECT_EQ(oat.routes.size(), expected);
+    auto limited = expandRouteExpression("fusion.*=[on,off] one-at-a-time", space());
+    for (const auto& route : limited.routes) {
+        const std::string changes = route.changesText(space());
+        EXPECT_LE(std::count(changes.begin(), changes.end(), '='), 1);
+    }
+    auto rnd = expandRouteExpression("random:10", space(), 42);
+    EXPECT_EQ(rnd.routes.size(), 10u);
+    auto again = expandRouteExpression("random:10", space(), 42);
+    for (size_t i = 0; i < 10; ++i) EXPECT_EQ(rnd.routes[i], again.routes[i]);  // seeded
+    auto small = expandRouteExpression("fusion.gelu=[on,off] random:50", space());
+    EXPECT_EQ(small.routes.size(), 2u);  // capped at the domain's size
+}
+
+TEST(Expression, ParseErrorsPointAtTheColumn) {
+    EXPECT_NE(errorOf([] { expandRouteExpression("fusion.gelu=[on,off", space()); }).find("column 20"), std::string::npos);
+    EXPECT_NE(errorOf([] { expandRouteExpression("fusion.gelu", space()); }).find("column 12: expected '='"), std::string::npos);
+    EXPECT_NE(errorOf([] { expandRouteExpression("random:0", space()); }).find("positive count"), std::string::npos);
+    EXPECT_NE(errorOf([] { expandRouteExpression("nothing.*=on", space()); }).find("matches no parameter"), std::string::npos);
+    EXPECT_NE(errorOf([] { expandRouteExpression("fusion.gelu=[on,off] | ", space()); }).find("expected a term"), std::string::npos);
+    EXPECT_NE(errorOf([] { expandRouteExpression("one-at-a-time random:3", space()); }).find("only one strategy"), std::string::npos);
+}
+
+TEST(Expression, HiddenParametersAreNotExpandedByGlobs) {
+    EXPECT_NE(errorOf([] { expandRouteExpression("debug.*=*", space()); }).find("matches no parameter"), std::string::npos);
+    auto named = expandRouteExpression("debug.fault=[none,wrong]", space());
+    EXPECT_EQ(named.routes.size(), 2u);
+}
