@@ -10,5 +10,6 @@ void addBuildCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
 void addInspectCommand(CLI::App& app);
 void addRoutesCommand(CLI::App& app);
+void addTuneCommand(CLI::App& app);
 
 }  // namespace kiln::tools

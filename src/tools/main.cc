@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
     kiln::tools::addBenchCommand(app);
     kiln::tools::addInspectCommand(app);
     kiln::tools::addRoutesCommand(app);
+    kiln::tools::addTuneCommand(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

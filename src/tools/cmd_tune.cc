@@ -1,0 +1,101 @@
+// `kiln tune MODEL`: accuracy-gated search over build routes (see tuner/tuner.h).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "onnx_import/importer.h"
+#include "route/expression.h"
+#include "tools/commands.h"
+#include "tuner/tuner.h"
+
+namespace kiln::tools {
+
+namespace {
+
+struct TuneCommand {
+    TunerOptions options;
+    std::string tolerance = "rel-l2=1e-3";
+    std::string output, report;
+    bool dry_run = false, json = false;
+};
+
+void printProgress(size_t done, size_t total, double best_ms, std::chrono::steady_clock::time_point start) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double eta = done ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : 0;
+    const int width = 30, filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
+    std::fprintf(stderr, "\r[%s%s] %zu/%zu  ETA %ds  best %.3f ms ", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), done, total,
+                 static_cast<int>(eta), best_ms);
+    if (done == total) std::fprintf(stderr, "\n");
+}
+
+void execute(TuneCommand& c) {
+    TunerOptions& o = c.options;
+    o.tolerance = Tolerance::parse(c.tolerance);
+    check(o.policy.iterations > 0 && o.policy.warmup >= 0 && o.policy.timeout_s > 0, "--iterations must be positive, --warmup non-negative, --timeout-per-candidate positive");
+    if (c.dry_run) {
+        importOnnxModel(o.model_path);
+        auto routes = expandRouteExpression(o.expr.empty() ? "one-at-a-time" : o.expr, Builder::space(), o.seed).routes;
+        for (const auto& r : routes) std::cout << r.hash() << "  " << r.changesText(Builder::space()) << "\n";
+        std::cout << routes.size() << " candidate routes (dry run: nothing built)\n";
+        return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    if (isatty(STDERR_FILENO) && !c.json) o.progress = [&](size_t d, size_t t, const CandidateResult&, double best) { printProgress(d, t, best, start); };
+    TuneResult r = tune(o);
+    for (const auto& w : r.warnings) std::cerr << "kiln: warning: " << w << "\n";
+    if (!c.report.empty()) writeTuneReport(r, o, c.report);
+    const std::string best_changes = BuildRoute::parse(r.best_route, Builder::space()).changesText(Builder::space());
+    if (!c.output.empty()) {
+        Builder b(importOnnxModel(o.model_path), modelFileHash(o.model_path));
+        b.setBuildRoute(BuildRoute::parse(r.best_route, Builder::space()));
+        writeEngine(b.build(), c.output);
+    }
+    std::map<std::string, int> outcomes;
+    for (const auto& cand : r.candidates) ++outcomes[outcomeName(cand.outcome)];
+    if (c.json) {
+        std::cout << nlohmann::json{{"expression", r.expression}, {"golden", r.golden_source}, {"candidates", r.candidates.size()}, {"from_cache", r.from_cache},
+                                    {"outcomes", outcomes}, {"best_route", r.best_route}, {"best_changes", best_changes}, {"speedup_over_default", r.speedup},
+                                    {"significant", r.significant}}
+                         .dump(2)
+                  << "\n";
+        return;
+    }
+    std::cout << "searched " << r.candidates.size() << " candidates (" << r.from_cache << " from cache) of '" << r.expression << "'\n";
+    std::cout << "golden: " << r.golden_source << "\n";
+    for (const auto& [k, v] : outcomes) std::cout << "  " << k << ": " << v << "\n";
+    for (const auto& f : r.finalists)
+        std::printf("  finalist %-60s median %.3f ms (spread %.1f%%)\n", BuildRoute::parse(f.route, Builder::space()).changesText(Builder::space()).c_str(), f.median_ms,
+                    f.spread * 100);
+    if (r.significant) std::printf("best route: %s — %.2fx faster than the default route\n", best_changes.c_str(), r.speedup);
+    else std::printf("no significant gain over the default route (threshold %.0f%% and measured noise); keeping the default\n", o.min_gain * 100);
+}
+
+}  // namespace
+
+void addTuneCommand(CLI::App& app) {
+    auto c = std::make_shared<TuneCommand>();
+    TunerOptions& o = c->options;
+    CLI::App* cmd = app.add_subcommand("tune", "Search build routes for the fastest engine that meets the accuracy criterion");
+    cmd->add_option("model", o.model_path, "Model file (.onnx)")->required();
+    cmd->add_option("--expr", o.expr, "Route expression to search (default: one-at-a-time over the parameters that affect the model)");
+    cmd->add_option("--golden", o.golden_dir, "Folder with input_N.pb / output_N.pb (default: seeded random inputs, outputs of the f32 reference)");
+    cmd->add_option("--tolerance", c->tolerance, "Accuracy criterion METRIC=VALUE: rel-l2 (default 1e-3), max-abs, cosine");
+    cmd->add_option("--tuning-cache", o.cache_path, "Append-only cache of measured candidates (JSON Lines)");
+    cmd->add_flag("--continue", o.resume, "Reuse the tuning cache: skip candidates it already holds");
+    cmd->add_option("--budget", o.budget, "Evaluate at most N new candidates");
+    cmd->add_option("--timeout-per-candidate", o.policy.timeout_s, "Seconds before a candidate counts as a timeout");
+    cmd->add_option("--warmup", o.policy.warmup, "Warm-up runs per candidate");
+    cmd->add_option("--iterations", o.policy.iterations, "Timed runs per candidate");
+    cmd->add_option("--min-gain", o.min_gain, "Keep the default unless the best route is at least this much faster (fraction)");
+    cmd->add_option("--seed", o.seed, "Seed for random inputs and random:N");
+    cmd->add_option("-o,--output", c->output, "Write the best engine here");
+    cmd->add_option("--report", c->report, "Write a report (.json or .md)");
+    cmd->add_flag("--dry-run", c->dry_run, "Print the candidate routes and their count; build nothing");
+    cmd->add_flag("--json", c->json, "Machine-readable summary");
+    cmd->callback([c] { execute(*c); });
+}
+
+}  // namespace kiln::tools

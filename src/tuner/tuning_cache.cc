@@ -1,0 +1,61 @@
+#include "tuner/tuning_cache.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace kiln {
+
+TuningCache::TuningCache(std::string path, CacheKey key, bool resume) : path_(std::move(path)), key_(std::move(key)) {
+    if (path_.empty()) return;
+    if (!resume) {
+        std::ofstream truncate(path_, std::ios::trunc);
+        check(truncate.good(), "--tuning-cache: cannot write " + path_);
+        return;
+    }
+    std::ifstream in(path_);
+    if (!in.good()) return;
+    std::string line;
+    size_t number = 0, foreign = 0;
+    while (std::getline(in, line)) {
+        ++number;
+        if (line.empty()) continue;
+        try {
+            auto j = nlohmann::json::parse(line);
+            if (j.at("model_hash") != key_.model_hash || j.at("target") != key_.target || j.at("kiln_version") != key_.kiln_version) {
+                ++foreign;
+                continue;
+            }
+            CandidateResult r;
+            r.route = j.at("route");
+            r.route_hash = j.at("route_hash");
+            r.outcome = parseOutcome(j.at("outcome"));
+            r.message = j.value("message", "");
+            r.error = j.value("error", 0.0);
+            r.samples_ms = j.value("samples_ms", std::vector<double>{});
+            summarizeSamples(r);
+            entries_[r.route_hash] = r;
+        } catch (const std::exception&) {
+            warnings_.push_back(path_ + ": line " + std::to_string(number) + " is corrupt; skipped");
+        }
+    }
+    if (foreign) warnings_.push_back(path_ + ": " + std::to_string(foreign) + " entries are for another model, target or Kiln version; ignored");
+}
+
+const CandidateResult* TuningCache::find(const std::string& route_hash) const {
+    auto it = entries_.find(route_hash);
+    return it == entries_.end() ? nullptr : &it->second;
+}
+
+void TuningCache::append(const CandidateResult& r) {
+    entries_[r.route_hash] = r;
+    if (path_.empty()) return;
+    nlohmann::json j = {{"model_hash", key_.model_hash}, {"target", key_.target}, {"kiln_version", key_.kiln_version}, {"route_hash", r.route_hash},
+                        {"route", r.route}, {"outcome", outcomeName(r.outcome)}, {"message", r.message}, {"error", r.error}, {"samples_ms", r.samples_ms}};
+    std::ofstream out(path_, std::ios::app);
+    out << j.dump() << "\n";
+    out.flush();
+    check(out.good(), "--tuning-cache: cannot append to " + path_);
+}
+
+}  // namespace kiln
