@@ -66,6 +66,12 @@ std::vector<int64_t> Tensor::toInt64Vector() const {
     return out;
 }
 
+std::vector<double> Tensor::toDoubleVector() const {
+    std::vector<double> out(static_cast<size_t>(numel_));
+    for (int64_t i = 0; i < numel_; ++i) out[i] = scalarAt(i);
+    return out;
+}
+
 std::string Tensor::summary() const { return std::string(dtypeName(dtype_)) + dimsToString(dims_); }
 
 }  // namespace kiln

@@ -53,6 +53,8 @@ public:
     double scalarAt(int64_t i) const;
     // All elements as int64 (integer tensors only); for shape-like inputs.
     std::vector<int64_t> toInt64Vector() const;
+    // All elements converted to double (any dtype); for small parameter tensors.
+    std::vector<double> toDoubleVector() const;
     std::string summary() const;  // "f32[2,3]"
 
     template <typename T>

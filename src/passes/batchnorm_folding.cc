@@ -9,12 +9,6 @@ namespace kiln {
 
 namespace {
 
-std::vector<double> doubles(const Tensor& t) {
-    std::vector<double> v(static_cast<size_t>(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i) v[i] = t.scalarAt(i);
-    return v;
-}
-
 void foldBatchNorms(Graph& g, const RouteValues& route) {
     if (!routeOn(route, "fusion.batchnorm_fold")) return;
     GraphIndex index(g);
@@ -36,7 +30,7 @@ void foldBatchNorms(Graph& g, const RouteValues& route) {
         if (!ok || (prod.hasInput(2) && !b)) continue;
         const bool trans_b = gemm && prod.attrs.getInt("transB", 0) != 0;
         const int64_t C = conv ? w->dims()[0] : (trans_b ? w->dims()[0] : w->dims()[1]);
-        auto scale = doubles(*params[0]), beta = doubles(*params[1]), mean = doubles(*params[2]), var = doubles(*params[3]);
+        auto scale = params[0]->toDoubleVector(), beta = params[1]->toDoubleVector(), mean = params[2]->toDoubleVector(), var = params[3]->toDoubleVector();
         if (static_cast<int64_t>(scale.size()) != C || (b && b->numel() != C)) continue;
         const double eps = bn.attrs.getFloat("epsilon", 1e-5f);
         Tensor nw = w->clone();

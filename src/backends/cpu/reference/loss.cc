@@ -48,15 +48,9 @@ Tensor nllLoss(const KernelContext& ctx, const std::vector<double>& input, const
     return out;
 }
 
-std::vector<double> doubles(const Tensor& t) {
-    std::vector<double> v(static_cast<size_t>(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i) v[i] = t.scalarAt(i);
-    return v;
-}
-
 std::vector<Tensor> negativeLogLikelihood(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    return {nllLoss(ctx, doubles(x), x.dims(), ctx.input(1), ctx.optionalInput(2), x.dtype())};
+    return {nllLoss(ctx, x.toDoubleVector(), x.dims(), ctx.input(1), ctx.optionalInput(2), x.dtype())};
 }
 
 std::vector<Tensor> softmaxCrossEntropy(const KernelContext& ctx) {
@@ -64,7 +58,7 @@ std::vector<Tensor> softmaxCrossEntropy(const KernelContext& ctx) {
     ctx.require(x.rank() >= 2, "scores must have rank >= 2");
     const int64_t N = x.dims()[0], C = x.dims()[1];
     const int64_t inner = x.numel() / std::max<int64_t>(N * C, 1);
-    std::vector<double> logp = doubles(x);
+    std::vector<double> logp = x.toDoubleVector();
     for (int64_t n = 0; n < N; ++n)
         for (int64_t i = 0; i < inner; ++i) {
             double mx = -INFINITY, sum = 0;

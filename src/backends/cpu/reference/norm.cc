@@ -8,19 +8,13 @@ namespace kiln {
 
 namespace {
 
-std::vector<double> asDoubles(const Tensor& t) {
-    std::vector<double> v(static_cast<size_t>(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i) v[i] = t.scalarAt(i);
-    return v;
-}
-
 std::vector<Tensor> batchNorm(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     ctx.require(ctx.attrs().getInt("training_mode", 0) == 0, "training_mode=1 is not supported (inference only)");
     ctx.require(x.rank() >= 2, "input must have rank >= 2");
     const int64_t C = x.dims()[1];
-    auto scale = asDoubles(ctx.input(1)), bias = asDoubles(ctx.input(2));
-    auto mean = asDoubles(ctx.input(3)), var = asDoubles(ctx.input(4));
+    auto scale = ctx.input(1).toDoubleVector(), bias = ctx.input(2).toDoubleVector();
+    auto mean = ctx.input(3).toDoubleVector(), var = ctx.input(4).toDoubleVector();
     ctx.require(static_cast<int64_t>(scale.size()) == C && static_cast<int64_t>(bias.size()) == C &&
                     static_cast<int64_t>(mean.size()) == C && static_cast<int64_t>(var.size()) == C,
                 "scale/bias/mean/var must have " + std::to_string(C) + " elements");
@@ -67,7 +61,7 @@ Tensor normalizeGroups(const Tensor& x, int64_t outer, int64_t inner, double eps
 std::vector<Tensor> instanceNorm(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     ctx.require(x.rank() >= 3, "input must have rank >= 3");
-    auto scale = asDoubles(ctx.input(1)), bias = asDoubles(ctx.input(2));
+    auto scale = ctx.input(1).toDoubleVector(), bias = ctx.input(2).toDoubleVector();
     const int64_t C = x.dims()[1];
     ctx.require(static_cast<int64_t>(scale.size()) == C && static_cast<int64_t>(bias.size()) == C, "scale/bias must have C elements");
     const int64_t inner = x.numel() / (x.dims()[0] * C);
@@ -87,11 +81,11 @@ std::vector<Tensor> layerNorm(const KernelContext& ctx) {
     const int64_t outer = inner ? x.numel() / inner : 0;
     const Tensor& scale_t = ctx.input(1);
     auto scale_off = broadcastOffsets(norm_dims, scale_t.dims());
-    auto scale = asDoubles(scale_t);
+    auto scale = scale_t.toDoubleVector();
     std::vector<double> bias;
     std::vector<int64_t> bias_off;
     if (const Tensor* b = ctx.optionalInput(2)) {
-        bias = asDoubles(*b);
+        bias = b->toDoubleVector();
         bias_off = broadcastOffsets(norm_dims, b->dims());
     }
     std::vector<double> means, inv_stds;

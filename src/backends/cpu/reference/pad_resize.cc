@@ -195,13 +195,6 @@ Tensor resizeTensor(const KernelContext& ctx, const Tensor& x, const std::vector
     });
 }
 
-std::vector<double> doublesOf(const Tensor* t) {
-    std::vector<double> v;
-    if (t)
-        for (int64_t i = 0; i < t->numel(); ++i) v.push_back(t->scalarAt(i));
-    return v;
-}
-
 std::vector<Tensor> resize(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const size_t rank = x.rank();
@@ -221,13 +214,13 @@ std::vector<Tensor> resize(const KernelContext& ctx) {
         if (ctx.opset < 9) {
             for (float f : ctx.attrs().getFloats("scales")) scales.push_back(f);
         } else {
-            scales = doublesOf(&ctx.input(1));
+            scales = ctx.input(1).toDoubleVector();
         }
     } else if (legacy) {
-        scales = doublesOf(&ctx.input(1));
+        scales = ctx.input(1).toDoubleVector();
     } else {
-        roi = doublesOf(ctx.optionalInput(1));
-        scales = doublesOf(ctx.optionalInput(2));
+        roi = (ctx.hasInput(1) ? ctx.input(1).toDoubleVector() : std::vector<double>{});
+        scales = (ctx.hasInput(2) ? ctx.input(2).toDoubleVector() : std::vector<double>{});
         if (const Tensor* s = ctx.optionalInput(3); s && s->numel() > 0) sizes = s->toInt64Vector();
     }
     Dims out_dims(rank);
