@@ -18,26 +18,35 @@ namespace {
 struct TuneCommand {
     TunerOptions options;
     std::string tolerance = "rel-l2=1e-3";
+    std::string strategy, budget;
     std::string output, report;
     bool dry_run = false, json = false;
 };
 
+// A progress bar with ETA when the total is known (exhaustive), a counter otherwise.
 void printProgress(size_t done, size_t total, double best_ms, std::chrono::steady_clock::time_point start) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double eta = done ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : 0;
-    const int width = 30, filled = static_cast<int>(width * done / std::max<size_t>(total, 1));
+    if (total == 0) {
+        std::fprintf(stderr, "\r  %zu candidates, %ds, best %.3f ms ", done, static_cast<int>(elapsed), best_ms);
+        return;
+    }
+    const double eta = done ? elapsed / static_cast<double>(done) * static_cast<double>(total > done ? total - done : 0) : 0;
+    const int width = 30, filled = static_cast<int>(width * std::min(done, total) / total);
     std::fprintf(stderr, "\r[%s%s] %zu/%zu  ETA %ds  best %.3f ms ", std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(), done, total,
                  static_cast<int>(eta), best_ms);
-    if (done == total) std::fprintf(stderr, "\n");
 }
 
 void execute(TuneCommand& c) {
     TunerOptions& o = c.options;
     o.tolerance = Tolerance::parse(c.tolerance);
+    if (!c.strategy.empty()) o.strategy = parseStrategy(c.strategy);
+    o.budget = Budget::parse(c.budget);
     check(o.policy.iterations > 0 && o.policy.warmup >= 0 && o.policy.timeout_s > 0, "--iterations must be positive, --warmup non-negative, --timeout-per-candidate positive");
     if (c.dry_run) {
         importOnnxModel(o.model_path);
         auto routes = expandRouteExpression(o.expr.empty() ? "one-at-a-time" : o.expr, Builder::space(), o.seed).routes;
+        if (!c.strategy.empty() && c.strategy != "exhaustive")
+            std::cout << "strategy " << c.strategy << " chooses its candidates from the results; these are the routes of its domain\n";
         for (const auto& r : routes) std::cout << r.hash() << "  " << r.changesText(Builder::space()) << "\n";
         std::cout << routes.size() << " candidate routes (dry run: nothing built)\n";
         return;
@@ -45,6 +54,7 @@ void execute(TuneCommand& c) {
     const auto start = std::chrono::steady_clock::now();
     if (isatty(STDERR_FILENO) && !c.json) o.progress = [&](size_t d, size_t t, const CandidateResult&, double best) { printProgress(d, t, best, start); };
     TuneResult r = tune(o);
+    if (o.progress) std::fprintf(stderr, "\n");
     for (const auto& w : r.warnings) std::cerr << "kiln: warning: " << w << "\n";
     if (!c.report.empty()) writeTuneReport(r, o, c.report);
     const std::string best_changes = BuildRoute::parse(r.best_route, Builder::space()).changesText(Builder::space());
@@ -56,21 +66,24 @@ void execute(TuneCommand& c) {
     std::map<std::string, int> outcomes;
     for (const auto& cand : r.candidates) ++outcomes[outcomeName(cand.outcome)];
     if (c.json) {
-        std::cout << nlohmann::json{{"expression", r.expression}, {"golden", r.golden_source}, {"candidates", r.candidates.size()}, {"from_cache", r.from_cache},
+        std::cout << nlohmann::json{{"expression", r.expression}, {"strategy", r.strategy}, {"best_gain", r.best_gain}, {"golden", r.golden_source}, {"candidates", r.candidates.size()}, {"from_cache", r.from_cache},
                                     {"outcomes", outcomes}, {"best_route", r.best_route}, {"best_changes", best_changes}, {"speedup_over_default", r.speedup},
                                     {"significant", r.significant}}
                          .dump(2)
                   << "\n";
         return;
     }
-    std::cout << "searched " << r.candidates.size() << " candidates (" << r.from_cache << " from cache) of '" << r.expression << "'\n";
+    std::cout << "searched " << r.candidates.size() << " candidates (" << r.from_cache << " from cache" << (r.budget_exhausted ? ", budget exhausted" : "")
+              << ") with strategy " << r.strategy << " over '" << r.expression << "'\n";
     std::cout << "golden: " << r.golden_source << "\n";
     for (const auto& [k, v] : outcomes) std::cout << "  " << k << ": " << v << "\n";
     for (const auto& f : r.finalists)
         std::printf("  finalist %-60s median %.3f ms (spread %.1f%%)\n", BuildRoute::parse(f.route, Builder::space()).changesText(Builder::space()).c_str(), f.median_ms,
                     f.spread * 100);
     if (r.significant) std::printf("best route: %s — %.2fx faster than the default route\n", best_changes.c_str(), r.speedup);
-    else std::printf("no significant gain over the default route (threshold %.0f%% and measured noise); keeping the default\n", o.min_gain * 100);
+    else
+        std::printf("no significant gain over the default route (best finalist %+.1f%%; needs >= %.0f%% and more than the measured noise); keeping the default\n",
+                    r.best_gain * 100, o.min_gain * 100);
 }
 
 }  // namespace
@@ -80,12 +93,13 @@ void addTuneCommand(CLI::App& app) {
     TunerOptions& o = c->options;
     CLI::App* cmd = app.add_subcommand("tune", "Search build routes for the fastest engine that meets the accuracy criterion");
     cmd->add_option("model", o.model_path, "Model file (.onnx)")->required();
-    cmd->add_option("--expr", o.expr, "Route expression to search (default: one-at-a-time over the parameters that affect the model)");
+    cmd->add_option("--expr", o.expr, "Route expression whose routes (or, for greedy/mixed, whose parameter values) are searched; default: every value of the parameters that affect the model");
     cmd->add_option("--golden", o.golden_dir, "Folder with input_N.pb / output_N.pb (default: seeded random inputs, outputs of the f32 reference)");
     cmd->add_option("--tolerance", c->tolerance, "Accuracy criterion METRIC=VALUE: rel-l2 (default 1e-3), max-abs, cosine");
     cmd->add_option("--tuning-cache", o.cache_path, "Append-only cache of measured candidates (JSON Lines)");
     cmd->add_flag("--continue", o.resume, "Reuse the tuning cache: skip candidates it already holds");
-    cmd->add_option("--budget", o.budget, "Evaluate at most N new candidates");
+    cmd->add_option("--strategy", c->strategy, "exhaustive | greedy | mixed (default: exhaustive up to 64 routes, else mixed); random:N and one-at-a-time go in --expr");
+    cmd->add_option("--budget", c->budget, "Stop after N new candidates, or after a time: 90s, 10m, 1h");
     cmd->add_option("--timeout-per-candidate", o.policy.timeout_s, "Seconds before a candidate counts as a timeout");
     cmd->add_option("--warmup", o.policy.warmup, "Warm-up runs per candidate");
     cmd->add_option("--iterations", o.policy.iterations, "Timed runs per candidate");

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -101,6 +102,8 @@ CandidateResult evaluateCandidate(const Graph& model, const std::string& model_h
     const pid_t pid = fork();
     check(pid >= 0, "cannot fork a candidate process");
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed tuner takes its candidate with it
+        if (getppid() == 1) _exit(1);      // the tuner died before prctl took effect
         close(fds[0]);
         std::string out = evaluateInChild(model, model_hash, route, golden, tolerance, policy);
         for (size_t done = 0; done < out.size();) {

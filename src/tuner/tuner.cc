@@ -1,9 +1,8 @@
 #include "tuner/tuner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <random>
 
 #include "onnx_import/importer.h"
@@ -17,22 +16,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr size_t kExhaustiveLimit = 64;
+
 Golden loadGolden(const Graph& model, const TunerOptions& o) {
     Golden g;
     const auto declared = model.runtimeInputs();
     if (!o.golden_dir.empty()) {
-        for (size_t i = 0; i < declared.size(); ++i) {
-            fs::path p = fs::path(o.golden_dir) / ("input_" + std::to_string(i) + ".pb");
+        auto file = [&](const std::string& stem) {
+            fs::path p = fs::path(o.golden_dir) / (stem + ".pb");
             if (!fs::exists(p)) p.replace_extension(".npy");
-            check(fs::exists(p), "--golden: " + p.string() + " is missing");
-            g.inputs[declared[i].name] = loadTensorFile(p);
-        }
-        for (size_t i = 0; i < model.outputs.size(); ++i) {
-            fs::path p = fs::path(o.golden_dir) / ("output_" + std::to_string(i) + ".pb");
-            if (!fs::exists(p)) p.replace_extension(".npy");
-            check(fs::exists(p), "--golden: " + p.string() + " is missing");
-            g.outputs.push_back(loadTensorFile(p));
-        }
+            check(fs::exists(p), "--golden: " + (fs::path(o.golden_dir) / (stem + ".pb")).string() + " is missing");
+            return loadTensorFile(p);
+        };
+        for (size_t i = 0; i < declared.size(); ++i) g.inputs[declared[i].name] = file("input_" + std::to_string(i));
+        for (size_t i = 0; i < model.outputs.size(); ++i) g.outputs.push_back(file("output_" + std::to_string(i)));
         g.source = "golden data from " + o.golden_dir;
         return g;
     }
@@ -48,117 +45,181 @@ Golden loadGolden(const Graph& model, const TunerOptions& o) {
         g.inputs[vi.name] = t;
     }
     g.outputs = GraphExecutor(model).run(g.inputs);
-    g.source = "seeded random inputs (seed " + std::to_string(o.seed) + "), outputs from the unoptimized f32 reference build";
+    g.source = "seeded random inputs (seed " + std::to_string(o.seed) + "), golden outputs from the unoptimized f32 reference build";
     return g;
 }
 
 std::string defaultExpression(const Graph& model) {
     Builder b(model, "");
     std::string expr;
-    for (const auto& p : b.affectingParameters()) expr += p + "=* ";
-    return expr + "one-at-a-time";
+    for (const auto& p : b.affectingParameters()) expr += (expr.empty() ? "" : " ") + p + "=*";
+    return expr.empty() ? "default" : expr;
 }
 
-}  // namespace
-
-TuneResult tune(const TunerOptions& o) {
-    TuneResult result;
-    Graph model = importOnnxModel(o.model_path);
-    const std::string model_hash = modelFileHash(o.model_path);
-    result.expression = o.expr.empty() ? defaultExpression(model) : o.expr;
-    auto routes = expandRouteExpression(result.expression, Builder::space(), o.seed).routes;
-    const BuildRoute def = BuildRoute::defaults(Builder::space());
-    if (std::find(routes.begin(), routes.end(), def) == routes.end()) routes.insert(routes.begin(), def);  // the baseline is always measured
-    Golden golden = loadGolden(model, o);
-    result.golden_source = golden.source;
-    TuningCache cache(o.cache_path, CacheKey{model_hash, targetSignature("cpu"), KILN_VERSION}, o.resume);
-    result.warnings = cache.warnings();
-    size_t evaluated = 0;
-    double best = 0;
-    for (size_t i = 0; i < routes.size(); ++i) {
-        CandidateResult r;
-        if (const CandidateResult* hit = cache.find(routes[i].hash())) {
-            r = *hit;
-            ++result.from_cache;
-        } else {
-            if (o.budget && evaluated >= o.budget) break;
-            r = evaluateCandidate(model, model_hash, routes[i], golden, o.tolerance, o.policy);
-            cache.append(r);
-            ++evaluated;
-        }
-        if (r.outcome == Outcome::Ok && (best == 0 || r.median_ms < best)) best = r.median_ms;
-        result.candidates.push_back(r);
-        if (o.progress) o.progress(i + 1, routes.size(), r, best);
+// Evaluates candidates through the cache and the budget, recording them in order.
+class Search {
+public:
+    Search(const TunerOptions& o, TuneResult& result, const Graph& model, std::string model_hash, const Golden& golden)
+        : o_(o), result_(result), model_(model), model_hash_(std::move(model_hash)), golden_(golden),
+          cache_(o.cache_path, CacheKey{model_hash_, targetSignature("cpu"), KILN_VERSION}, o.resume), start_(std::chrono::steady_clock::now()) {
+        result_.warnings = cache_.warnings();
     }
-    // Finalists: the fastest accurate candidates plus the default, re-measured interleaved.
+
+    // One candidate, from the cache when it holds it; nullptr once the budget is spent.
+    const CandidateResult* evaluate(const BuildRoute& route, size_t expected_total) {
+        const std::string hash = route.hash();
+        if (auto it = seen_.find(hash); it != seen_.end()) return &result_.candidates[it->second];
+        CandidateResult r;
+        if (const CandidateResult* hit = cache_.find(hash)) {
+            r = *hit;
+            ++result_.from_cache;
+        } else {
+            if (budgetSpent()) {
+                result_.budget_exhausted = true;
+                return nullptr;
+            }
+            r = measure(route);
+            cache_.append(r);
+            ++new_candidates_;
+        }
+        if (r.outcome == Outcome::Ok && (best_ == 0 || r.median_ms < best_)) best_ = r.median_ms;
+        seen_[hash] = result_.candidates.size();
+        result_.candidates.push_back(r);
+        if (o_.progress) o_.progress(result_.candidates.size(), expected_total, r, best_);
+        return &result_.candidates.back();
+    }
+
+    // A finalist's samples for one re-measurement round, cached under their own key so a
+    // resumed search reuses them too.
+    std::vector<double> remeasure(const CandidateResult& f, int round) {
+        const std::string key = "remeasure" + std::to_string(round) + ":" + f.route_hash;
+        if (const CandidateResult* hit = cache_.find(key)) return hit->samples_ms;
+        CandidateResult r = measure(BuildRoute::parse(f.route, Builder::space()));
+        r.route_hash = key;
+        cache_.append(r);
+        return r.outcome == Outcome::Ok ? r.samples_ms : std::vector<double>{};
+    }
+
+private:
+    CandidateResult measure(const BuildRoute& route) const {
+        if (o_.evaluate_override) return o_.evaluate_override(route);
+        return evaluateCandidate(model_, model_hash_, route, golden_, o_.tolerance, o_.policy);
+    }
+    bool budgetSpent() const {
+        if (o_.budget.candidates && new_candidates_ >= o_.budget.candidates) return true;
+        return o_.budget.seconds > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count() >= o_.budget.seconds;
+    }
+
+    const TunerOptions& o_;
+    TuneResult& result_;
+    const Graph& model_;
+    std::string model_hash_;
+    const Golden& golden_;
+    TuningCache cache_;
+    std::chrono::steady_clock::time_point start_;
+    std::map<std::string, size_t> seen_;
+    size_t new_candidates_ = 0;
+    double best_ = 0;
+};
+
+void chooseWinner(TuneResult& result, Search& search, const TunerOptions& o) {
+    const BuildRoute def = BuildRoute::defaults(Builder::space());
     std::vector<CandidateResult> ok;
     for (const auto& c : result.candidates)
         if (c.outcome == Outcome::Ok) ok.push_back(c);
     check(!ok.empty(), "no candidate passed the accuracy criterion (" + o.tolerance.metric + " " + std::to_string(o.tolerance.value) + ")");
-    std::sort(ok.begin(), ok.end(), [](const auto& a, const auto& b) { return a.median_ms < b.median_ms; });
+    std::stable_sort(ok.begin(), ok.end(), [](const auto& a, const auto& b) { return a.median_ms < b.median_ms; });
     std::vector<CandidateResult> finalists(ok.begin(), ok.begin() + static_cast<long>(std::min(o.finalists, ok.size())));
-    bool has_default = false;
-    for (const auto& f : finalists) has_default |= f.route_hash == def.hash();
     for (const auto& c : ok)
-        if (!has_default && c.route_hash == def.hash()) finalists.push_back(c);
+        if (c.route_hash == def.hash() && std::none_of(finalists.begin(), finalists.end(), [&](const auto& f) { return f.route_hash == def.hash(); }))
+            finalists.push_back(c);
     for (auto& f : finalists) f.samples_ms.clear();
-    for (int round = 0; round < o.rounds; ++round)
+    for (int round = 0; round < o.rounds; ++round)  // interleaved: every finalist once per round
         for (auto& f : finalists) {
-            CandidateResult again = evaluateCandidate(model, model_hash, BuildRoute::parse(f.route, Builder::space()), golden, o.tolerance, o.policy);
-            if (again.outcome == Outcome::Ok) f.samples_ms.insert(f.samples_ms.end(), again.samples_ms.begin(), again.samples_ms.end());
+            auto s = search.remeasure(f, round);
+            f.samples_ms.insert(f.samples_ms.end(), s.begin(), s.end());
         }
     for (auto& f : finalists) summarizeSamples(f);
     finalists.erase(std::remove_if(finalists.begin(), finalists.end(), [](const auto& f) { return f.samples_ms.empty(); }), finalists.end());
     check(!finalists.empty(), "every finalist failed when re-measured");
-    std::sort(finalists.begin(), finalists.end(), [](const auto& a, const auto& b) { return a.median_ms < b.median_ms; });
+    std::stable_sort(finalists.begin(), finalists.end(), [](const auto& a, const auto& b) { return a.median_ms < b.median_ms; });
     result.finalists = finalists;
-    const CandidateResult* dflt = nullptr;
-    for (const auto& f : finalists)
-        if (f.route_hash == def.hash()) dflt = &f;
     const CandidateResult& winner = finalists.front();
-    if (!dflt) {  // the default itself failed: the fastest accurate route wins outright
+    auto dflt = std::find_if(finalists.begin(), finalists.end(), [&](const auto& f) { return f.route_hash == def.hash(); });
+    if (dflt == finalists.end()) {  // the default failed accuracy or crashed: the fastest accurate route wins
         result.best_route = winner.route;
         result.significant = true;
-        return result;
-    }
-    result.default_result = *dflt;
-    const double gain = dflt->median_ms / winner.median_ms - 1.0;
-    const double noise = (dflt->spread + winner.spread) / 2;
-    result.significant = winner.route_hash != def.hash() && gain >= o.min_gain && gain > noise;
-    result.best_route = result.significant ? winner.route : def.text();
-    result.speedup = result.significant ? 1.0 + gain : 1.0;
-    return result;
-}
-
-void writeTuneReport(const TuneResult& r, const TunerOptions& o, const std::string& path) {
-    auto routeChanges = [](const std::string& text) { return BuildRoute::parse(text, Builder::space()).changesText(Builder::space()); };
-    std::map<std::string, int> by_outcome;
-    for (const auto& c : r.candidates) ++by_outcome[outcomeName(c.outcome)];
-    std::ofstream out(path);
-    check(out.good(), "--report: cannot write " + path);
-    const std::string rebuild = "kiln build " + o.model_path + " -o best.engine --route '" + routeChanges(r.best_route) + "'";
-    if (fs::path(path).extension() == ".json") {
-        nlohmann::json j = {{"model", o.model_path}, {"expression", r.expression}, {"golden", r.golden_source},
-                            {"tolerance", {{"metric", o.tolerance.metric}, {"value", o.tolerance.value}}}, {"outcomes", by_outcome},
-                            {"from_cache", r.from_cache}, {"best_route", r.best_route}, {"best_changes", routeChanges(r.best_route)},
-                            {"speedup_over_default", r.speedup}, {"significant", r.significant}, {"rebuild_command", rebuild}};
-        for (const auto& c : r.candidates)
-            j["candidates"].push_back({{"route_hash", c.route_hash}, {"changes", routeChanges(c.route)}, {"outcome", outcomeName(c.outcome)},
-                                       {"median_ms", c.median_ms}, {"spread", c.spread}, {"error", c.error}, {"message", c.message}});
-        for (const auto& f : r.finalists)
-            j["finalists"].push_back({{"changes", routeChanges(f.route)}, {"median_ms", f.median_ms}, {"spread", f.spread}, {"samples", f.samples_ms.size()}});
-        out << j.dump(2) << "\n";
         return;
     }
-    out << "# Kiln tuning report\n\nModel: `" << o.model_path << "`  \nExpression: `" << r.expression << "`  \nGolden: " << r.golden_source
-        << "  \nTolerance: " << o.tolerance.metric << " " << o.tolerance.value << "\n\n## Outcome\n\n";
-    for (const auto& [k, v] : by_outcome) out << "- " << k << ": " << v << "\n";
-    out << "\nBest route: `" << routeChanges(r.best_route) << "` — " << (r.significant ? "speedup " + std::to_string(r.speedup) + "x over the default" : "no significant gain over the default; the default is kept")
-        << "\n\nRebuild: `" << rebuild << "`\n\n## Finalists (re-measured interleaved)\n\n| route | median ms | spread |\n|---|---|---|\n";
-    for (const auto& f : r.finalists) out << "| `" << routeChanges(f.route) << "` | " << f.median_ms << " | " << f.spread * 100 << "% |\n";
-    out << "\n## All candidates\n\n| route | outcome | median ms | error | note |\n|---|---|---|---|---|\n";
-    for (const auto& c : r.candidates)
-        out << "| `" << routeChanges(c.route) << "` | " << outcomeName(c.outcome) << " | " << c.median_ms << " | " << c.error << " | " << c.message << " |\n";
+    result.default_result = *dflt;
+    result.best_gain = dflt->median_ms / winner.median_ms - 1.0;
+    const double noise = (dflt->spread + winner.spread) / 2;
+    result.significant = winner.route_hash != def.hash() && result.best_gain >= o.min_gain && result.best_gain > noise;
+    result.best_route = result.significant ? winner.route : def.text();
+    result.speedup = result.significant ? 1.0 + result.best_gain : 1.0;
+}
+
+void computeEffects(TuneResult& result) {
+    const BuildRoute def = BuildRoute::defaults(Builder::space());
+    const CandidateResult* base = nullptr;
+    for (const auto& c : result.candidates)
+        if (c.route_hash == def.hash() && c.outcome == Outcome::Ok) base = &c;
+    if (!base) return;
+    for (const auto& c : result.candidates) {
+        if (c.outcome != Outcome::Ok) continue;
+        BuildRoute r = BuildRoute::parse(c.route, Builder::space());
+        std::vector<std::string> changed;
+        for (const auto& [k, v] : r.values())
+            if (v != def.get(k)) changed.push_back(k);
+        if (changed.size() == 1) result.effects.push_back({changed[0], r.get(changed[0]), c.median_ms / base->median_ms});
+    }
+    std::sort(result.effects.begin(), result.effects.end(), [](const auto& a, const auto& b) { return a.relative_latency < b.relative_latency; });
+}
+
+}  // namespace
+
+Budget Budget::parse(const std::string& text) {
+    Budget b;
+    if (text.empty()) return b;
+    size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(text, &used);
+    } catch (...) {
+        used = 0;
+    }
+    const std::string unit = text.substr(used);
+    check(used > 0 && v > 0, "--budget '" + text + "': expected a candidate count (40) or a time (90s, 10m, 1h)");
+    if (unit.empty()) b.candidates = static_cast<size_t>(v);
+    else if (unit == "s") b.seconds = v;
+    else if (unit == "m") b.seconds = v * 60;
+    else if (unit == "h") b.seconds = v * 3600;
+    else throw Error("--budget '" + text + "': unknown unit '" + unit + "' (s, m, h)");
+    return b;
+}
+
+TuneResult tune(const TunerOptions& o) {
+    TuneResult result;
+    Graph model = importOnnxModel(o.model_path);
+    result.expression = o.expr.empty() ? defaultExpression(model) : o.expr;
+    const auto routes = expandRouteExpression(result.expression, Builder::space(), o.seed).routes;
+    const Strategy strategy = o.strategy.value_or(routes.size() <= kExhaustiveLimit ? Strategy::Exhaustive : Strategy::Mixed);
+    result.strategy = strategyName(strategy);
+    Golden golden = loadGolden(model, o);
+    result.golden_source = golden.source;
+    Search search(o, result, model, modelFileHash(o.model_path), golden);
+    const BuildRoute def = BuildRoute::defaults(Builder::space());
+    const size_t total = strategy == Strategy::Exhaustive ? routes.size() + 1 : 0;
+    Evaluate evaluate = [&](const BuildRoute& r) { return search.evaluate(r, total); };
+    if (evaluate(def)) {  // the baseline is always measured first
+        const Domain domain = domainOf(routes, Builder::space());
+        if (strategy == Strategy::Exhaustive) searchExhaustive(routes, evaluate);
+        else if (strategy == Strategy::Greedy) searchGreedy(domain, Builder::space(), evaluate);
+        else searchMixed(domain, Builder::space(), evaluate);
+    }
+    chooseWinner(result, search, o);
+    computeEffects(result);
+    return result;
 }
 
 }  // namespace kiln

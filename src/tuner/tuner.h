@@ -1,49 +1,71 @@
-// The Global Performance Tuner: expands a route expression, evaluates each candidate in an
-// isolated child process (build, accuracy check against golden data, timing), keeps
-// results in a tuning cache, re-measures the finalists interleaved and picks the fastest
-// accurate route, keeping the default unless the gain is beyond noise and --min-gain.
+// The Global Performance Tuner: searches build routes with a strategy, evaluates each
+// candidate in an isolated child process (build, accuracy check against golden data,
+// timing), records every result in a tuning cache, re-measures the finalists interleaved
+// and picks the fastest accurate route, keeping the default unless the gain is beyond the
+// measured noise and --min-gain.
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tuner/candidate.h"
+#include "tuner/strategy.h"
 
 namespace kiln {
 
+// --budget: a number of new candidates, or a time ("90s", "10m", "1h").
+struct Budget {
+    size_t candidates = 0;  // 0 = unlimited
+    double seconds = 0;     // 0 = unlimited
+    static Budget parse(const std::string& text);
+};
+
 struct TunerOptions {
     std::string model_path;
-    std::string expr;          // "" = one-at-a-time over the parameters that affect the model
-    std::string golden_dir;    // "" = seeded random inputs, outputs from the unoptimized f32 reference
+    std::string expr;                 // "" = every value of the parameters that affect the model
+    std::optional<Strategy> strategy; // unset: exhaustive when the expression gives <= 64 routes, else mixed
+    std::string golden_dir;           // "" = seeded random inputs, outputs of the unoptimized f32 reference
     Tolerance tolerance;
     MeasurePolicy policy;
     std::string cache_path;
-    bool resume = false;       // --continue
-    size_t budget = 0;         // max new candidates to evaluate (0 = all)
+    bool resume = false;              // --continue
+    Budget budget;
     double min_gain = 0.03;
     size_t finalists = 5;
     int rounds = 3;
     uint64_t seed = 0;
-    // Called after each candidate: (index, total, result, best median so far or 0).
+    // Called after each candidate: (candidates so far, expected total or 0, result, best median so far).
     std::function<void(size_t, size_t, const CandidateResult&, double)> progress;
+    // Replaces the isolated build-and-measure step (tests use it for deterministic timings).
+    std::function<CandidateResult(const BuildRoute&)> evaluate_override;
+};
+
+struct ParameterEffect {
+    std::string parameter, value;
+    double relative_latency;  // candidate median / default median (one parameter changed)
 };
 
 struct TuneResult {
-    std::string expression;    // the expression searched (the default one when none was given)
+    std::string expression;
+    std::string strategy;
     std::string golden_source;
-    std::vector<CandidateResult> candidates;  // every candidate of the search, cached or new
+    std::vector<CandidateResult> candidates;  // in search order, cached or new
     size_t from_cache = 0;
+    bool budget_exhausted = false;
     std::vector<CandidateResult> finalists;   // re-measured, fastest first
     CandidateResult default_result;
-    std::string best_route;    // canonical text of the chosen route
-    double speedup = 1.0;      // default median / chosen median
-    bool significant = false;  // whether the winner beat the default beyond noise and min-gain
+    std::string best_route;                   // canonical text of the chosen route
+    double best_gain = 0;                     // fastest finalist's gain over the default
+    double speedup = 1.0;                     // default median / chosen median
+    bool significant = false;
+    std::vector<ParameterEffect> effects;
     std::vector<std::string> warnings;
 };
 
 TuneResult tune(const TunerOptions& options);
 
-// Writes the report as JSON or Markdown, by the file's extension (.json / .md).
+// Writes the report by the file's extension: .json, .md or .html (with an SVG latency plot).
 void writeTuneReport(const TuneResult& result, const TunerOptions& options, const std::string& path);
 
 }  // namespace kiln

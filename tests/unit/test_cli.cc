@@ -1,5 +1,9 @@
 // End-to-end tests of the `kiln` binary: exit codes, one-line errors, output files.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <set>
+#include <sstream>
 
 #include "onnx_import/tensor_proto.h"
 #include "runtime/accuracy.h"
@@ -78,4 +82,41 @@ TEST(Cli, BadInputsGiveOneLineErrors) {
     expectOneLineError(kilnCli("run " + kModels + "/mlp/model.onnx --shapes x:2xbad"), "--shapes");
     expectOneLineError(kilnCli("run --no-such-flag " + kModels + "/mlp/model.onnx"), "no-such-flag");
     expectOneLineError(kilnCli("run " + kModels + "/mlp/model.onnx --inputs-dir " + dir.path().string()), "input_0.pb is missing");
+}
+
+TEST(Cli, TuneKilledMidSearchResumesWithoutRepeatingCandidates) {
+    TempDir dir;
+    const std::string cache = (dir / "cache.jsonl").string();
+    const std::string m = kModels + "/mlp";
+    const std::string args = " tune " + m + "/model.onnx --golden " + m + "/test_data_set_0 --expr 'opt.dce=[on,off] debug.fault=[none,hang,wrong]'" +
+                             " --strategy exhaustive --iterations 2 --warmup 1 --tuning-cache " + cache;
+    // Start in its own process group, wait until the hanging candidate is in flight, SIGKILL.
+    std::string pid;
+    runCommand("setsid " + kKiln + args + " --timeout-per-candidate 60 >/dev/null 2>&1 & echo $!", &pid);
+    pid.erase(pid.find_last_not_of(" \n") + 1);
+    auto lines = [&] {
+        const std::string text = readFile(cache);
+        return std::count(text.begin(), text.end(), '\n');
+    };
+    // The default is measured first; then (dce=on, hang) hangs: kill while it is in flight.
+    for (int i = 0; i < 200 && lines() < 1; ++i) usleep(50000);
+    usleep(300000);
+    std::string kill_out;
+    EXPECT_EQ(runCommand("kill -9 -" + pid, &kill_out), 0) << "pid [" << pid << "] " << kill_out;
+    const auto measured_before = lines();
+    EXPECT_GE(measured_before, 1);
+    Result resumed = kilnCli(args + " --continue --timeout-per-candidate 2 --json");
+    ASSERT_EQ(resumed.rc, 0) << resumed.out;
+    EXPECT_NE(resumed.out.find("\"from_cache\": " + std::to_string(measured_before)), std::string::npos) << resumed.out;
+    EXPECT_NE(resumed.out.find("\"timeout\": 2"), std::string::npos) << resumed.out;  // both hang routes
+    EXPECT_EQ(runCommand("pgrep -f '[d]ebug.fault=.none,hang' >/dev/null", nullptr), 1);       // no orphaned candidate left
+    // Each search candidate appears once in the cache.
+    std::set<std::string> hashes;
+    std::stringstream cached(readFile(cache));
+    for (std::string l; std::getline(cached, l);) {
+        if (l.find("remeasure") != std::string::npos) continue;
+        const auto at = l.find("\"route_hash\":\"");
+        EXPECT_TRUE(hashes.insert(l.substr(at, 34)).second) << "measured twice: " << l;
+    }
+    EXPECT_EQ(hashes.size(), 6u);
 }

@@ -29,6 +29,14 @@ std::vector<std::string> cacheLines(const std::string& path) {
     for (std::string l; std::getline(in, l);) lines.push_back(l);
     return lines;
 }
+
+// Cache lines of search candidates (not the finalists' re-measurements).
+std::vector<std::string> candidateLines(const std::string& path) {
+    std::vector<std::string> out;
+    for (const auto& l : cacheLines(path))
+        if (l.find("remeasure") == std::string::npos) out.push_back(l);
+    return out;
+}
 }  // namespace
 
 TEST(Tuner, CrashHangBuildErrorAndWrongNumbersAreRecordedAndTheSearchGoesOn) {
@@ -56,15 +64,14 @@ TEST(Tuner, ContinueSkipsCachedCandidatesAndFinishesTheSearch) {
     const std::string cache = (dir / "cache.jsonl").string();
     const std::string expr = "fusion.gemm_bias_act=[on,off] debug.fault=[none,wrong,build_error]";
     TunerOptions first = options(expr, cache);
-    first.budget = 3;  // an interrupted search
+    first.budget.candidates = 3;  // an interrupted search
     TuneResult partial = tune(first);
-    EXPECT_EQ(cacheLines(cache).size(), 3u);
+    EXPECT_EQ(candidateLines(cache).size(), 3u);
     TunerOptions resumed = options(expr, cache);
     resumed.resume = true;
     TuneResult done = tune(resumed);
     EXPECT_EQ(done.from_cache, 3u);
-    const auto lines = cacheLines(cache);
-    EXPECT_EQ(lines.size(), done.candidates.size());  // nothing measured twice
+    EXPECT_EQ(candidateLines(cache).size(), done.candidates.size());  // nothing measured twice
     std::set<std::string> hashes;
     for (const auto& c : done.candidates) hashes.insert(c.route_hash);
     EXPECT_EQ(hashes.size(), done.candidates.size());
@@ -86,6 +93,80 @@ TEST(Tuner, ForeignAndCorruptCacheLinesAreSkippedWithWarnings) {
     EXPECT_NE(r.warnings[0].find("corrupt"), std::string::npos);
     EXPECT_NE(r.warnings[1].find("another model"), std::string::npos);
     EXPECT_EQ(r.candidates.size(), 1u);
+}
+
+// Deterministic stand-in for build-and-measure: latency from the route hash, a fault-free
+// route with fusion.gemm_bias_act=off fails accuracy. Re-measurements vary per call count.
+CandidateResult fakeMeasure(const BuildRoute& route, int* calls) {
+    CandidateResult r;
+    r.route = route.text();
+    r.route_hash = route.hash();
+    ++*calls;
+    if (route.get("fusion.gemm_bias_act") == "off" && route.get("opt.cse") == "off") {
+        r.outcome = Outcome::AccuracyFail;
+        r.error = 0.25;
+        return r;
+    }
+    r.outcome = Outcome::Ok;
+    const double base = 1.0 + static_cast<double>(std::stoull(r.route_hash.substr(0, 6), nullptr, 16) % 1000) / 1000.0;
+    r.samples_ms = {base, base * 1.01, base * 0.99};
+    summarizeSamples(r);
+    return r;
+}
+
+TEST(Tuner, InterruptedAndResumedSearchEndsWithTheUninterruptedResult) {
+    TempDir dir;
+    const std::string expr = "fusion.gemm_bias_act=[on,off] opt.cse=[on,off] opt.dce=[on,off] memory.planner=*";
+    for (Strategy strategy : {Strategy::Exhaustive, Strategy::Mixed, Strategy::Greedy}) {
+        int calls = 0;
+        TunerOptions whole = options(expr, (dir / (strategyName(strategy) + "-whole.jsonl")).string());
+        whole.strategy = strategy;
+        whole.evaluate_override = [&](const BuildRoute& r) { return fakeMeasure(r, &calls); };
+        TuneResult uninterrupted = tune(whole);
+        ASSERT_GT(uninterrupted.candidates.size(), 3u);
+        for (size_t stop_after : {size_t{1}, uninterrupted.candidates.size() / 2, uninterrupted.candidates.size() - 1}) {
+            const std::string cache = (dir / (strategyName(strategy) + std::to_string(stop_after) + ".jsonl")).string();
+            TunerOptions first = whole;
+            first.cache_path = cache;
+            first.budget.candidates = stop_after;  // interrupted after `stop_after` candidates
+            tune(first);
+            calls = 0;
+            TunerOptions resumed = whole;
+            resumed.cache_path = cache;
+            resumed.resume = true;
+            TuneResult again = tune(resumed);
+            ASSERT_EQ(again.candidates.size(), uninterrupted.candidates.size()) << strategyName(strategy);
+            for (size_t i = 0; i < again.candidates.size(); ++i) EXPECT_EQ(again.candidates[i].route_hash, uninterrupted.candidates[i].route_hash);
+            EXPECT_EQ(again.best_route, uninterrupted.best_route) << strategyName(strategy);
+            EXPECT_GE(again.from_cache, stop_after);
+            // No candidate measured twice: the cache holds each search candidate once.
+            std::set<std::string> keys;
+            for (const auto& l : cacheLines(cache)) EXPECT_TRUE(keys.insert(l.substr(l.find("\"route_hash\""), 60)).second) << l;
+        }
+    }
+}
+
+TEST(Tuner, ReportsInEveryFormat) {
+    TempDir dir;
+    TunerOptions o = options("fusion.gemm_bias_act=[on,off] debug.fault=[none,wrong]", "");
+    TuneResult r = tune(o);
+    for (const char* name : {"r.json", "r.md", "r.html"}) {
+        writeTuneReport(r, o, (dir / name).string());
+        const std::string text = readFile(dir / name);
+        EXPECT_NE(text.find("kiln build"), std::string::npos) << name;  // the rebuild command
+        EXPECT_NE(text.find("accuracy_fail"), std::string::npos) << name;
+    }
+    EXPECT_NE(readFile(dir / "r.html").find("<svg"), std::string::npos);
+    EXPECT_THROW(writeTuneReport(r, o, (dir / "r.txt").string()), Error);
+    EXPECT_FALSE(r.effects.empty());
+}
+
+TEST(Tuner, BudgetParsing) {
+    EXPECT_EQ(Budget::parse("40").candidates, 40u);
+    EXPECT_EQ(Budget::parse("10m").seconds, 600.0);
+    EXPECT_EQ(Budget::parse("90s").seconds, 90.0);
+    EXPECT_THROW(Budget::parse("ten"), Error);
+    EXPECT_THROW(Budget::parse("5d"), Error);
 }
 
 TEST(Tuner, ToleranceParsing) {

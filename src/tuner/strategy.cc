@@ -1,0 +1,94 @@
+#include "tuner/strategy.h"
+
+#include <algorithm>
+
+#include "ir/error.h"
+
+namespace kiln {
+
+namespace {
+bool faster(const CandidateResult* r, double than) { return r && r->outcome == Outcome::Ok && (than <= 0 || r->median_ms < than); }
+}  // namespace
+
+Domain domainOf(const std::vector<BuildRoute>& routes, const ParameterSpace& space) {
+    Domain d;
+    for (const auto& p : space.parameters()) {
+        std::vector<std::string> values;
+        for (const auto& r : routes) {
+            const std::string& v = r.get(p.name);
+            if (std::find(values.begin(), values.end(), v) == values.end()) values.push_back(v);
+        }
+        if (values.size() > 1) d.emplace_back(p.name, values);
+    }
+    return d;
+}
+
+Strategy parseStrategy(const std::string& name) {
+    if (name == "exhaustive") return Strategy::Exhaustive;
+    if (name == "greedy") return Strategy::Greedy;
+    if (name == "mixed") return Strategy::Mixed;
+    throw Error("--strategy: unknown strategy '" + name + "' (exhaustive, greedy, mixed; random:N and one-at-a-time are expression terms)");
+}
+
+std::string strategyName(Strategy s) { return s == Strategy::Exhaustive ? "exhaustive" : (s == Strategy::Greedy ? "greedy" : "mixed"); }
+
+void searchExhaustive(const std::vector<BuildRoute>& routes, const Evaluate& evaluate) {
+    for (const auto& r : routes)
+        if (!evaluate(r)) return;
+}
+
+void searchGreedy(const Domain& domain, const ParameterSpace& space, const Evaluate& evaluate) {
+    BuildRoute current = BuildRoute::defaults(space);
+    const CandidateResult* base = evaluate(current);
+    if (!base) return;
+    double best = base->outcome == Outcome::Ok ? base->median_ms : 0;
+    for (int pass = 0; pass < 2; ++pass)
+        for (const auto& [name, values] : domain) {
+            BuildRoute keep = current;
+            for (const auto& v : values) {
+                if (v == keep.get(name)) continue;
+                BuildRoute trial = keep;
+                trial.set(name, v, space);
+                const CandidateResult* r = evaluate(trial);
+                if (!r) return;
+                if (faster(r, best)) {
+                    best = r->median_ms;
+                    current = trial;
+                }
+            }
+        }
+}
+
+void searchMixed(const Domain& domain, const ParameterSpace& space, const Evaluate& evaluate) {
+    const BuildRoute def = BuildRoute::defaults(space);
+    const CandidateResult* base = evaluate(def);
+    if (!base) return;
+    const double base_ms = base->outcome == Outcome::Ok ? base->median_ms : 0;
+    Domain winners;  // phase 2 domain: default plus the values that beat it
+    for (const auto& [name, values] : domain) {
+        std::vector<std::string> keep = {def.get(name)};
+        for (const auto& v : values) {
+            if (v == def.get(name)) continue;
+            BuildRoute trial = def;
+            trial.set(name, v, space);
+            const CandidateResult* r = evaluate(trial);
+            if (!r) return;
+            if (faster(r, base_ms)) keep.push_back(v);
+        }
+        if (keep.size() > 1) winners.emplace_back(name, keep);
+    }
+    std::vector<BuildRoute> cross = {def};
+    for (const auto& [name, values] : winners) {
+        std::vector<BuildRoute> next;
+        for (const auto& r : cross)
+            for (const auto& v : values) {
+                BuildRoute x = r;
+                x.set(name, v, space);
+                next.push_back(x);
+            }
+        cross = std::move(next);
+    }
+    searchExhaustive(cross, evaluate);
+}
+
+}  // namespace kiln
