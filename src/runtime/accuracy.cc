@@ -26,4 +26,23 @@ ErrorStats compareOutputs(const Tensor& got, const Tensor& want, const std::stri
     return s;
 }
 
+double topKAgreement(const Tensor& got, const Tensor& want, int64_t k, const std::string& name) {
+    check(got.dtype() == want.dtype() && got.dims() == want.dims() && got.rank() >= 1, "output '" + name + "' is " + got.summary() + ", expected " + want.summary());
+    const int64_t len = got.dims().back();
+    const int64_t rows = len ? got.numel() / len : 0;
+    if (rows == 0) return 1.0;
+    int64_t agree = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        int64_t top = 0;
+        for (int64_t j = 1; j < len; ++j)
+            if (got.scalarAt(r * len + j) > got.scalarAt(r * len + top)) top = j;
+        // Rank of the candidate's top-1 in the golden row: how many golden values beat it.
+        const double v = want.scalarAt(r * len + top);
+        int64_t better = 0;
+        for (int64_t j = 0; j < len; ++j) better += want.scalarAt(r * len + j) > v;
+        agree += better < k;
+    }
+    return static_cast<double>(agree) / static_cast<double>(rows);
+}
+
 }  // namespace kiln

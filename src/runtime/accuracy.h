@@ -14,4 +14,8 @@ struct ErrorStats {
 // Compares element by element in double. Throws Error if dtypes or shapes differ.
 ErrorStats compareOutputs(const Tensor& got, const Tensor& want, const std::string& name);
 
+// Fraction of rows (along the last axis) whose top-1 index in `got` is among the top-k
+// indices of `want`.
+double topKAgreement(const Tensor& got, const Tensor& want, int64_t k, const std::string& name);
+
 }  // namespace kiln

@@ -17,7 +17,7 @@ namespace {
 
 struct TuneCommand {
     TunerOptions options;
-    std::string tolerance = "rel-l2=1e-3";
+    std::vector<std::string> tolerance;
     std::string strategy, budget;
     std::string output, report;
     bool dry_run = false, json = false;
@@ -38,7 +38,7 @@ void printProgress(size_t done, size_t total, double best_ms, std::chrono::stead
 
 void execute(TuneCommand& c) {
     TunerOptions& o = c.options;
-    o.tolerance = Tolerance::parse(c.tolerance);
+    o.tolerance = AccuracyCriterion::parse(c.tolerance);
     if (!c.strategy.empty()) o.strategy = parseStrategy(c.strategy);
     o.budget = Budget::parse(c.budget);
     check(o.policy.iterations > 0 && o.policy.warmup >= 0 && o.policy.timeout_s > 0, "--iterations must be positive, --warmup non-negative, --timeout-per-candidate positive");
@@ -95,7 +95,8 @@ void addTuneCommand(CLI::App& app) {
     cmd->add_option("model", o.model_path, "Model file (.onnx)")->required();
     cmd->add_option("--expr", o.expr, "Route expression whose routes (or, for greedy/mixed, whose parameter values) are searched; default: every value of the parameters that affect the model");
     cmd->add_option("--golden", o.golden_dir, "Folder with input_N.pb / output_N.pb (default: seeded random inputs, outputs of the f32 reference)");
-    cmd->add_option("--tolerance", c->tolerance, "Accuracy criterion METRIC=VALUE: rel-l2 (default 1e-3), max-abs, cosine");
+    cmd->add_option("--tolerance", c->tolerance,
+                    "Accuracy criterion [OUTPUT:]METRIC=VALUE, repeatable: rel-l2 (default rel-l2=1e-3), max-abs, cosine, top-k=K");
     cmd->add_option("--tuning-cache", o.cache_path, "Append-only cache of measured candidates (JSON Lines)");
     cmd->add_flag("--continue", o.resume, "Reuse the tuning cache: skip candidates it already holds");
     cmd->add_option("--strategy", c->strategy, "exhaustive | greedy | mixed (default: exhaustive up to 64 routes, else mixed); random:N and one-at-a-time go in --expr");

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "runtime/accuracy.h"
 #include "runtime/context.h"
@@ -22,7 +23,7 @@ const char* kOutcomeNames[] = {"ok", "build_error", "crash", "timeout", "accurac
 
 // Runs in the child: build, check accuracy, time. Returns the JSON result text.
 std::string evaluateInChild(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
-                            const Tolerance& tol, const MeasurePolicy& policy) {
+                            const AccuracyCriterion& accuracy, const MeasurePolicy& policy) {
     nlohmann::json j;
     Engine engine;
     try {
@@ -35,18 +36,17 @@ std::string evaluateInChild(const Graph& model, const std::string& model_hash, c
     try {
         ExecutionContext ctx(engine);
         auto outputs = ctx.run(golden.inputs);
-        double worst = tol.metric == "cosine" ? 1.0 : 0.0;
-        bool within = outputs.size() == golden.outputs.size();
-        for (size_t i = 0; within && i < outputs.size(); ++i) {
-            ErrorStats s = compareOutputs(outputs[i], golden.outputs[i], engine.graph.outputs[i].name);
-            double v = tol.metric == "max-abs" ? s.max_abs : (tol.metric == "cosine" ? s.cosine : s.rel_l2);
-            if (s.nan_mismatch || std::isnan(v)) v = tol.metric == "cosine" ? -1 : INFINITY;
-            worst = tol.metric == "cosine" ? std::min(worst, v) : std::max(worst, v);
-            within &= tol.metric == "cosine" ? v >= tol.value : v <= tol.value;
+        check(outputs.size() == golden.outputs.size(), "the engine has " + std::to_string(outputs.size()) + " outputs, the golden data " + std::to_string(golden.outputs.size()));
+        double worst = 0;
+        for (size_t i = 0; i < outputs.size(); ++i) {
+            const std::string& name = engine.graph.outputs[i].name;
+            const Tolerance& tol = accuracy.forOutput(name);
+            const double v = tol.measure(outputs[i], golden.outputs[i], name);
+            worst = i == 0 ? v : tol.worstOf(worst, v);
+            if (!tol.passes(v))
+                return nlohmann::json{{"outcome", "accuracy_fail"}, {"error", v},
+                                      {"message", "output " + name + ": " + tol.metric + " " + std::to_string(v) + " misses the tolerance " + tol.text()}}.dump();
         }
-        if (!within)
-            return nlohmann::json{{"outcome", "accuracy_fail"}, {"error", worst},
-                                  {"message", tol.metric + " " + std::to_string(worst) + " misses the tolerance " + std::to_string(tol.value)}}.dump();
         for (int i = 0; i < policy.warmup; ++i) ctx.run(golden.inputs);
         std::vector<double> samples;
         for (int i = 0; i < policy.iterations; ++i) {
@@ -69,18 +69,73 @@ Outcome parseOutcome(const std::string& name) {
     throw Error("unknown candidate outcome '" + name + "'");
 }
 
-Tolerance Tolerance::parse(const std::string& text) {
+Tolerance Tolerance::parse(const std::string& spec, std::string* output) {
+    std::string text = spec;
+    const auto colon = text.rfind(':');
+    if (colon != std::string::npos) {
+        check(output != nullptr && colon > 0, "--tolerance '" + spec + "': an OUTPUT: prefix is not allowed here");
+        *output = text.substr(0, colon);
+        text = text.substr(colon + 1);
+    }
     auto eq = text.find('=');
-    check(eq != std::string::npos, "--tolerance '" + text + "': expected METRIC=VALUE, e.g. rel-l2=1e-3");
+    check(eq != std::string::npos, "--tolerance '" + spec + "': expected [OUTPUT:]METRIC=VALUE, e.g. rel-l2=1e-3 or logits:top-k=5");
     Tolerance t;
     t.metric = text.substr(0, eq);
-    check(t.metric == "max-abs" || t.metric == "rel-l2" || t.metric == "cosine", "--tolerance: unknown metric '" + t.metric + "' (max-abs, rel-l2, cosine)");
+    check(t.metric == "max-abs" || t.metric == "rel-l2" || t.metric == "cosine" || t.metric == "top-k",
+          "--tolerance: unknown metric '" + t.metric + "' (max-abs, rel-l2, cosine, top-k)");
     try {
-        t.value = std::stod(text.substr(eq + 1));
+        size_t used = 0;
+        t.value = std::stod(text.substr(eq + 1), &used);
+        check(used == text.size() - eq - 1, "");
     } catch (...) {
-        throw Error("--tolerance '" + text + "': '" + text.substr(eq + 1) + "' is not a number");
+        throw Error("--tolerance '" + spec + "': '" + text.substr(eq + 1) + "' is not a number");
     }
+    check(t.metric != "top-k" || (t.value >= 1 && t.value == std::floor(t.value)), "--tolerance '" + spec + "': top-k needs a whole K >= 1");
     return t;
+}
+
+bool Tolerance::passes(double v) const {
+    if (metric == "cosine") return v >= value;
+    if (metric == "top-k") return v >= 1.0;  // every row agrees
+    return v <= value;
+}
+
+double Tolerance::worstOf(double a, double b) const { return (metric == "cosine" || metric == "top-k") ? std::min(a, b) : std::max(a, b); }
+
+double Tolerance::measure(const Tensor& got, const Tensor& want, const std::string& name) const {
+    if (metric == "top-k") return topKAgreement(got, want, static_cast<int64_t>(value), name);
+    ErrorStats s = compareOutputs(got, want, name);
+    double v = metric == "max-abs" ? s.max_abs : (metric == "cosine" ? s.cosine : s.rel_l2);
+    if (s.nan_mismatch || std::isnan(v)) v = metric == "cosine" ? -1 : INFINITY;
+    return v;
+}
+
+std::string Tolerance::text() const {
+    std::ostringstream s;
+    s << metric << "=" << value;
+    return s.str();
+}
+
+AccuracyCriterion AccuracyCriterion::parse(const std::vector<std::string>& specs) {
+    AccuracyCriterion c;
+    for (const auto& spec : specs) {
+        std::string output;
+        Tolerance t = Tolerance::parse(spec, &output);
+        if (output.empty()) c.fallback = t;
+        else c.per_output[output] = t;
+    }
+    return c;
+}
+
+const Tolerance& AccuracyCriterion::forOutput(const std::string& name) const {
+    auto it = per_output.find(name);
+    return it == per_output.end() ? fallback : it->second;
+}
+
+std::string AccuracyCriterion::text() const {
+    std::string s = fallback.text();
+    for (const auto& [name, t] : per_output) s += ", " + name + ": " + t.text();
+    return s;
 }
 
 void summarizeSamples(CandidateResult& r) {
@@ -93,7 +148,7 @@ void summarizeSamples(CandidateResult& r) {
 }
 
 CandidateResult evaluateCandidate(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
-                                  const Tolerance& tolerance, const MeasurePolicy& policy) {
+                                  const AccuracyCriterion& tolerance, const MeasurePolicy& policy) {
     CandidateResult r;
     r.route = route.text();
     r.route_hash = route.hash();

@@ -1,6 +1,7 @@
 // Building, validating and timing one candidate route in an isolated child process, so a
 // crash, abort or hang in one candidate is recorded and the search goes on.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,12 +21,27 @@ struct Golden {
     std::string source;  // where they came from, for the report
 };
 
-// The accuracy criterion: every output's metric must be within `value`.
-// Metrics: max-abs, rel-l2 (both must be <= value), cosine (>= value).
+// One output's accuracy criterion. Metrics: max-abs and rel-l2 (must be <= value), cosine
+// (must be >= value), top-k (value K: in every row of the last axis, the candidate's top-1
+// index must be among the golden top-K).
 struct Tolerance {
     std::string metric = "rel-l2";
     double value = 1e-3;
-    static Tolerance parse(const std::string& text);  // "rel-l2=1e-3"
+    // "rel-l2=1e-3"; with "OUTPUT:" in front it applies to that output only (*output is set).
+    static Tolerance parse(const std::string& text, std::string* output = nullptr);
+    bool passes(double measured) const;
+    double worstOf(double a, double b) const;
+    double measure(const Tensor& got, const Tensor& want, const std::string& name) const;
+    std::string text() const;
+};
+
+// The criterion for all outputs: a default and per-output overrides.
+struct AccuracyCriterion {
+    Tolerance fallback;
+    std::map<std::string, Tolerance> per_output;
+    static AccuracyCriterion parse(const std::vector<std::string>& specs);
+    const Tolerance& forOutput(const std::string& name) const;
+    std::string text() const;
 };
 
 struct MeasurePolicy {
@@ -47,7 +63,7 @@ struct CandidateResult {
 
 // Evaluates one route in a forked child. Never throws for a candidate's own failure.
 CandidateResult evaluateCandidate(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
-                                  const Tolerance& tolerance, const MeasurePolicy& policy);
+                                  const AccuracyCriterion& accuracy, const MeasurePolicy& policy);
 
 // Median and relative spread of samples.
 void summarizeSamples(CandidateResult& r);

@@ -30,7 +30,7 @@ nlohmann::json toJson(const TuneResult& r, const TunerOptions& o, const std::str
     std::map<std::string, int> outcomes;
     for (const auto& c : r.candidates) ++outcomes[outcomeName(c.outcome)];
     nlohmann::json j = {{"model", o.model_path}, {"expression", r.expression}, {"strategy", r.strategy}, {"golden", r.golden_source},
-                        {"tolerance", {{"metric", o.tolerance.metric}, {"value", o.tolerance.value}}}, {"outcomes", outcomes},
+                        {"tolerance", o.tolerance.text()}, {"outcomes", outcomes},
                         {"candidates_total", r.candidates.size()}, {"from_cache", r.from_cache}, {"budget_exhausted", r.budget_exhausted},
                         {"best_route", r.best_route}, {"best_changes", changes(r.best_route)}, {"best_gain", r.best_gain},
                         {"speedup_over_default", r.speedup}, {"significant", r.significant}, {"min_gain", o.min_gain}, {"rebuild_command", rebuild},
@@ -129,8 +129,7 @@ void writeTuneReport(const TuneResult& r, const TunerOptions& o, const std::stri
     };
     if (html) out << "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Kiln tuning report</title></head><body>\n";
     h(1, "Kiln tuning report");
-    para("Model: " + o.model_path + ". Expression: " + r.expression + ". Strategy: " + r.strategy + ". Golden: " + r.golden_source + ". Tolerance: " +
-         o.tolerance.metric + " " + num(o.tolerance.value) + ".");
+    para("Model: " + o.model_path + ". Expression: " + r.expression + ". Strategy: " + r.strategy + ". Golden: " + r.golden_source + ". Tolerance: " + o.tolerance.text() + ".");
     std::vector<std::vector<std::string>> outcome_rows;
     for (const auto& [k, v] : j["outcomes"].items()) outcome_rows.push_back({k, std::to_string(v.get<int>())});
     h(2, "Candidates: " + std::to_string(r.candidates.size()) + " (" + std::to_string(r.from_cache) + " from the cache" + (r.budget_exhausted ? ", budget exhausted" : "") + ")");

@@ -127,7 +127,7 @@ void chooseWinner(TuneResult& result, Search& search, const TunerOptions& o) {
     std::vector<CandidateResult> ok;
     for (const auto& c : result.candidates)
         if (c.outcome == Outcome::Ok) ok.push_back(c);
-    check(!ok.empty(), "no candidate passed the accuracy criterion (" + o.tolerance.metric + " " + std::to_string(o.tolerance.value) + ")");
+    check(!ok.empty(), "no candidate passed the accuracy criterion (" + o.tolerance.text() + ")");
     std::stable_sort(ok.begin(), ok.end(), [](const auto& a, const auto& b) { return a.median_ms < b.median_ms; });
     std::vector<CandidateResult> finalists(ok.begin(), ok.begin() + static_cast<long>(std::min(o.finalists, ok.size())));
     for (const auto& c : ok)

@@ -26,7 +26,7 @@ struct TunerOptions {
     std::string expr;                 // "" = every value of the parameters that affect the model
     std::optional<Strategy> strategy; // unset: exhaustive when the expression gives <= 64 routes, else mixed
     std::string golden_dir;           // "" = seeded random inputs, outputs of the unoptimized f32 reference
-    Tolerance tolerance;
+    AccuracyCriterion tolerance;
     MeasurePolicy policy;
     std::string cache_path;
     bool resume = false;              // --continue

@@ -172,6 +172,15 @@ TEST(Tuner, BudgetParsing) {
 TEST(Tuner, ToleranceParsing) {
     EXPECT_EQ(Tolerance::parse("cosine=0.999").metric, "cosine");
     EXPECT_THROW(Tolerance::parse("top1=1"), Error);
+    EXPECT_THROW(Tolerance::parse("top-k=0.5"), Error);
+    AccuracyCriterion c = AccuracyCriterion::parse({"max-abs=0.1", "logits:top-k=5"});
+    EXPECT_EQ(c.forOutput("logits").metric, "top-k");
+    EXPECT_EQ(c.forOutput("other").metric, "max-abs");
+    // top-k: row 0 agrees on top-1, row 1's top-1 (index 2) is third in the golden row.
+    Tensor want = Tensor::fromVector<float>({2, 3}, {0.1f, 0.9f, 0.2f, 0.5f, 0.4f, 0.3f});
+    Tensor got = Tensor::fromVector<float>({2, 3}, {0.0f, 1.0f, 0.5f, 0.1f, 0.2f, 0.9f});
+    EXPECT_DOUBLE_EQ(c.forOutput("logits").measure(got, want, "logits"), 1.0);  // within top-5
+    EXPECT_DOUBLE_EQ(Tolerance::parse("top-k=2").measure(got, want, "y"), 0.5);
     EXPECT_THROW(Tolerance::parse("rel-l2"), Error);
     EXPECT_THROW(Tolerance::parse("rel-l2=abc"), Error);
 }
