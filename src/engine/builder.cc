@@ -5,6 +5,8 @@
 #include <thread>
 
 #include "backends/cpu/reference/kernel.h"
+#include "backends/cpu/fast/tactics.h"
+#include "engine/tactic_selection.h"
 #include "passes/pass.h"
 
 namespace kiln {
@@ -24,6 +26,7 @@ const ParameterSpec& debugFaultParameter() {
 const ParameterSpace& Builder::space() {
     static const ParameterSpace s = [] {
         std::vector<ParameterSpec> all = passParameters();
+        for (const auto& p : tacticParameters()) all.push_back(p);
         all.push_back(memoryPlannerParameter());
         all.push_back(debugFaultParameter());
         return ParameterSpace(all);
@@ -72,11 +75,10 @@ Engine Builder::build() const {
         e.graph.nodes.push_back(Node{"debug_fault", "Mul", "", {tmp, k}, {out}, {}});
     }
     std::string missing;
-    for (const auto& n : e.graph.nodes) {
+    for (const auto& n : e.graph.nodes)
         if (!referenceKernels().find(n.op_type)) missing += (missing.empty() ? "" : ", ") + n.describe();
-        e.tactics[n.name] = "reference";
-    }
     check(missing.empty(), "no CPU kernel for " + missing);
+    e.tactics = selectTactics(e.graph, route_.values(), timing_cache_);
     return e;
 }
 
@@ -85,7 +87,7 @@ std::vector<std::string> Builder::affectingParameters() const {
     std::vector<std::string> out;
     for (const auto& p : space().parameters()) {
         if (p.hidden) continue;
-        if (p.owner == "runtime") {
+        if (p.owner == "runtime" || p.owner == "backends/cpu") {  // they act at run time, on every model with nodes
             if (!model_.nodes.empty()) out.push_back(p.name);
             continue;
         }

@@ -7,6 +7,8 @@
 
 namespace kiln {
 
+class TimingCache;
+
 class Builder {
 public:
     // `model_hash` identifies the source model in the engine header.
@@ -17,6 +19,8 @@ public:
     void setBuildRoute(const BuildRoute& route) { route_ = route; }
     const BuildRoute& getBuildRoute() const { return route_; }
     void setShapeProfile(ShapeProfile profile);
+    // Tactic timings are looked up in / added to this cache (not owned; may be null).
+    void setTimingCache(TimingCache* cache) { timing_cache_ = cache; }
 
     // The optimized graph for the current route (what build() lowers).
     Graph optimize() const;
@@ -32,6 +36,7 @@ private:
     std::string target_;
     ShapeProfile profile_;
     BuildRoute route_;
+    TimingCache* timing_cache_ = nullptr;
 };
 
 // The memory planner parameter, read by the runtime from the engine's route.

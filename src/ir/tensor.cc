@@ -11,11 +11,11 @@ constexpr size_t kAlignment = 64;  // cache line; lets SIMD kernels use aligned 
 
 }  // namespace
 
-std::shared_ptr<std::byte[]> allocateBytes(size_t bytes) {
+std::shared_ptr<std::byte[]> allocateBytes(size_t bytes, bool zero) {
     size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
     void* p = std::aligned_alloc(kAlignment, rounded);
     if (!p) throw std::bad_alloc();
-    std::memset(p, 0, rounded);
+    if (zero) std::memset(p, 0, rounded);
     return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
 }
 
@@ -23,6 +23,16 @@ Tensor::Tensor(DType dtype, Dims dims) : dtype_(dtype), dims_(std::move(dims)) {
     for (int64_t d : dims_) check(d >= 0, "tensor dimension must be non-negative, got " + dimsToString(dims_));
     numel_ = numElements(dims_);
     data_ = allocateBytes(byteSize());
+}
+
+Tensor Tensor::uninitialized(DType dtype, Dims dims) {
+    Tensor t;
+    t.dtype_ = dtype;
+    t.dims_ = std::move(dims);
+    for (int64_t d : t.dims_) check(d >= 0, "tensor dimension must be non-negative, got " + dimsToString(t.dims_));
+    t.numel_ = numElements(t.dims_);
+    t.data_ = allocateBytes(t.byteSize(), false);
+    return t;
 }
 
 Tensor Tensor::alias(DType dtype, Dims dims, const std::shared_ptr<std::byte[]>& storage, size_t byte_offset) {

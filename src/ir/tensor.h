@@ -12,12 +12,14 @@
 namespace kiln {
 
 // Zero-filled, 64-byte aligned bytes (rounded up to the alignment).
-std::shared_ptr<std::byte[]> allocateBytes(size_t bytes);
+std::shared_ptr<std::byte[]> allocateBytes(size_t bytes, bool zero = true);
 
 class Tensor {
 public:
     Tensor() = default;
     Tensor(DType dtype, Dims dims);  // zero-filled
+    // Uninitialized contents: for kernels that write every element.
+    static Tensor uninitialized(DType dtype, Dims dims);
 
     DType dtype() const { return dtype_; }
     const Dims& dims() const { return dims_; }

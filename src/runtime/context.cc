@@ -40,8 +40,16 @@ struct ExecutionContext::Arena : ValuePlacer {
     std::map<std::string, std::pair<size_t, size_t>> slots;  // value -> (offset, bytes)
     std::shared_ptr<std::byte[]> memory;
     MemoryPlan plan;
+    // Fast kernels write straight into their planned slot.
+    Tensor allocate(const std::string& value, DType dtype, const Dims& dims) override {
+        auto it = slots.find(value);
+        if (it == slots.end() || numElements(dims) * static_cast<int64_t>(dtypeSize(dtype)) != static_cast<int64_t>(it->second.second))
+            return Tensor::uninitialized(dtype, dims);
+        return Tensor::alias(dtype, dims, memory, it->second.first);
+    }
     Tensor place(size_t, const std::string& value, Tensor computed) override {
         auto it = slots.find(value);
+        if (it != slots.end() && computed.raw() == memory.get() + it->second.first) return computed;  // already in its slot
         if (it == slots.end() || computed.byteSize() != it->second.second) {
             // A value kept outside the arena must not alias it (Reshape/Identity return views).
             const std::byte* p = computed.raw();
@@ -54,7 +62,7 @@ struct ExecutionContext::Arena : ValuePlacer {
     }
 };
 
-ExecutionContext::ExecutionContext(const Engine& engine) : engine_(engine), executor_(engine.graph) {
+ExecutionContext::ExecutionContext(const Engine& engine) : engine_(engine), executor_(engine.graph, engine.tactics) {
     // The planner comes from the engine's route text ("name=value;...").
     planner_ = memoryPlannerParameter().default_value;
     const std::string key = memoryPlannerParameter().name + "=";

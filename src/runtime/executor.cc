@@ -1,8 +1,11 @@
 #include "runtime/executor.h"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 
-#include "backends/cpu/reference/kernel.h"
+#include "backends/cpu/fast/tactics.h"
 
 namespace kiln {
 
@@ -40,11 +43,29 @@ void checkInputs(const Graph& g, const TensorMap& inputs) {
     }
 }
 
-GraphExecutor::GraphExecutor(const Graph& graph) : graph_(graph) {
+GraphExecutor::Profile::~Profile() {
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (const auto& [op, t] : ms) {
+        rows.emplace_back(t, op);
+        total += t;
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    std::fprintf(stderr, "kiln profile (KILN_PROFILE): time per op type over all runs\n");
+    for (const auto& [t, op] : rows) std::fprintf(stderr, "  %-28s %10.2f ms  %5.1f%%\n", op.c_str(), t, 100 * t / std::max(total, 1e-9));
+}
+
+GraphExecutor::GraphExecutor(const Graph& graph, const std::map<std::string, std::string>& tactics) : graph_(graph) {
+    if (const char* p = std::getenv("KILN_PROFILE")) {
+        profile_ = std::make_shared<Profile>();
+        profile_by_node_ = std::string(p) == "nodes";
+    }
     std::set<std::string> missing;
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
         const Node& n = graph.nodes[i];
-        if (!referenceKernels().find(n.op_type)) missing.insert(n.op_type);
+        auto t = tactics.find(n.name);
+        kernels_.push_back(t == tactics.end() ? referenceKernels().find(n.op_type) : kernelForTactic(n, t->second));
+        if (!kernels_.back()) missing.insert(n.op_type);
         for (const auto& in : n.inputs) last_use_[in] = i;
     }
     if (!missing.empty()) {
@@ -69,7 +90,7 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* pla
     for (const auto& o : graph_.outputs) keep.insert(o.name);
     for (size_t i = 0; i < graph_.nodes.size(); ++i) {
         const Node& node = graph_.nodes[i];
-        KernelContext ctx{node, {}, graph_.opset, nullptr};
+        KernelContext ctx{node, {}, graph_.opset, nullptr, placer};
         for (const auto& in : node.inputs) {
             if (in.empty()) {
                 ctx.inputs.push_back(nullptr);
@@ -79,7 +100,12 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* pla
             check(it != values.end(), node.describe() + ": input '" + in + "' has no value");
             ctx.inputs.push_back(&it->second);
         }
-        std::vector<Tensor> outs = referenceKernels().find(node.op_type)(ctx);
+        const auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        std::vector<Tensor> outs = kernels_[i](ctx);
+        if (profile_) {
+            std::lock_guard<std::mutex> lock(profile_->mutex);
+            profile_->ms[profile_by_node_ ? node.name : node.op_type] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        }
         for (size_t k = 0; k < node.outputs.size(); ++k) {
             if (node.outputs[k].empty()) continue;
             check(k < outs.size(), node.describe() + ": kernel produced no value for output '" + node.outputs[k] + "'");

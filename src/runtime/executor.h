@@ -1,9 +1,12 @@
 // Executes an IR graph node by node with the reference CPU kernels.
 #pragma once
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "backends/cpu/reference/kernel.h"
 #include "ir/graph.h"
 
 namespace kiln {
@@ -17,16 +20,18 @@ void checkInputs(const Graph& g, const TensorMap& inputs);
 
 // Decides where a node output lives once its kernel has computed it. The default keeps
 // the kernel's tensor; the execution context's arena copies it into a planned slot.
-class ValuePlacer {
+// It may also hand kernels their output buffers directly (OutputAllocator).
+class ValuePlacer : public OutputAllocator {
 public:
-    virtual ~ValuePlacer() = default;
     virtual Tensor place(size_t node_index, const std::string& value, Tensor computed) = 0;
+    Tensor allocate(const std::string&, DType dtype, const Dims& dims) override { return Tensor::uninitialized(dtype, dims); }
 };
 
 class GraphExecutor {
 public:
-    // Fails (listing every op) if some node has no kernel.
-    explicit GraphExecutor(const Graph& graph);
+    // Fails (listing every op) if some node has no kernel. `tactics` maps node names to the
+    // backend tactic recorded in an engine; nodes not named use the reference kernels.
+    explicit GraphExecutor(const Graph& graph, const std::map<std::string, std::string>& tactics = {});
     // Returns the graph outputs in declaration order. Stateless: one executor may run on
     // several threads at once (each with its own placer).
     std::vector<Tensor> run(const TensorMap& inputs, ValuePlacer* placer = nullptr) const;
@@ -36,6 +41,15 @@ public:
 
 private:
     const Graph& graph_;
+    std::vector<KernelFn> kernels_;                // per node
+    // Time per op type, printed at exit when KILN_PROFILE is set (a debugging aid).
+    struct Profile {
+        std::mutex mutex;
+        std::map<std::string, double> ms;
+        ~Profile();
+    };
+    std::shared_ptr<Profile> profile_;
+    bool profile_by_node_ = false;  // KILN_PROFILE=nodes: per node instead of per op type
     std::map<std::string, size_t> last_use_;  // value -> index of the last node reading it
 };
 

@@ -13,11 +13,25 @@ namespace kiln {
 // Runs a subgraph (If/Loop bodies) with extra named values in scope.
 using SubgraphRunner = std::function<std::vector<Tensor>(const Graph&, const std::map<std::string, Tensor>&)>;
 
+// Provides output buffers (e.g. planned arena slots) to kernels that ask for them.
+class OutputAllocator {
+public:
+    virtual ~OutputAllocator() = default;
+    virtual Tensor allocate(const std::string& value, DType dtype, const Dims& dims) = 0;
+};
+
 struct KernelContext {
     const Node& node;
     std::vector<const Tensor*> inputs;  // nullptr where an optional input is omitted
     int64_t opset = 0;
     SubgraphRunner run_subgraph;
+    OutputAllocator* allocator = nullptr;
+
+    // An uninitialized buffer for output `i`: the planned slot when there is one.
+    Tensor output(size_t i, DType dtype, const Dims& dims) const {
+        if (allocator && i < node.outputs.size()) return allocator->allocate(node.outputs[i], dtype, dims);
+        return Tensor::uninitialized(dtype, dims);
+    }
 
     size_t numInputs() const { return inputs.size(); }
     bool hasInput(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }

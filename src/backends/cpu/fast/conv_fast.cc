@@ -1,0 +1,167 @@
+// 2-D convolutions (NCHW, f32) for the fast CPU backend:
+//   gemm      — 1x1 stride-1 convs as one sgemm per group; others via im2col + sgemm;
+//   depthwise — one filter per channel, direct loops parallel over channels.
+// Both fuse bias, residual and activation (FusedConv) into the epilogue.
+#include <cblas.h>
+
+#include "backends/cpu/fast/epilogue.h"
+#include "backends/cpu/fast/tactics.h"
+#include "backends/cpu/reference/kernel_util.h"
+
+namespace kiln {
+
+namespace {
+
+struct Conv2d {
+    int64_t N, C, H, W, M, KH, KW, OH, OW, group, sh, sw, dh, dw, pt, pl;
+};
+
+bool conv2dNode(const Node& n) {
+    if (n.op_type != "Conv" && n.op_type != "FusedConv") return false;
+    if (n.attrs.getString("data_layout", "NCHW") != "NCHW") return false;
+    auto k = n.attrs.getInts("kernel_shape");
+    return k.empty() || k.size() == 2;
+}
+
+bool supportsGemmConv(const Node& n, const Graph&) { return conv2dNode(n); }
+// Depthwise: one input channel per group and one filter per channel (weights [C, 1, kh, kw]).
+bool supportsDepthwise(const Node& n, const Graph& g) {
+    if (!conv2dNode(n) || n.inputs.size() < 2) return false;
+    auto w = g.initializers.find(n.inputs[1]);
+    return w != g.initializers.end() && w->second.rank() == 4 && w->second.dims()[1] == 1 && w->second.dims()[0] == n.attrs.getInt("group", 1);
+}
+
+// Geometry of a 2-D conv, or false when the tensors do not fit this backend's kernels.
+bool geometry(const KernelContext& ctx, Conv2d* g) {
+    const Tensor& x = ctx.input(0);
+    const Tensor& w = ctx.input(1);
+    if (x.dtype() != DType::F32 || w.dtype() != DType::F32 || x.rank() != 4 || w.rank() != 4) return false;
+    const Attributes& a = ctx.attrs();
+    auto strides = a.getInts("strides", {1, 1}), dil = a.getInts("dilations", {1, 1});
+    Dims kernel = {w.dims()[2], w.dims()[3]};
+    SpatialPads pads = resolvePads(ctx, {x.dims()[2], x.dims()[3]}, kernel, strides, dil);
+    *g = {x.dims()[0], x.dims()[1], x.dims()[2], x.dims()[3], w.dims()[0], w.dims()[2], w.dims()[3], 0, 0,
+          a.getInt("group", 1), strides[0], strides[1], dil[0], dil[1], pads.begin[0], pads.begin[1]};
+    g->OH = (g->H + pads.begin[0] + pads.end[0] - ((g->KH - 1) * g->dh + 1)) / g->sh + 1;
+    g->OW = (g->W + pads.begin[1] + pads.end[1] - ((g->KW - 1) * g->dw + 1)) / g->sw + 1;
+    if (g->OH <= 0 || g->OW <= 0 || g->C % g->group || g->M % g->group || w.dims()[1] * g->group != g->C) return false;
+    if (const Tensor* b = ctx.optionalInput(2); b && (b->dtype() != DType::F32 || b->numel() != g->M)) return false;
+    if (const Tensor* z = ctx.optionalInput(3); z && (z->dtype() != DType::F32 || z->dims() != Dims{g->N, g->M, g->OH, g->OW})) return false;
+    return true;
+}
+
+std::vector<Tensor> fallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
+
+// The epilogue of output channels [m0, m0+mc) and columns [c0, c0+nc) of image n.
+void blockEpilogue(const KernelContext& ctx, const Conv2d& g, Tensor& y, int64_t n, int64_t m0, int64_t mc, int64_t c0, int64_t nc) {
+    const Tensor* b = ctx.optionalInput(2);
+    const Tensor* z = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;
+    const Activation act = ctx.node.op_type == "FusedConv" ? Activation::fromNode(ctx.node) : Activation{};
+    const int64_t P = g.OH * g.OW;
+    if (nc == P) {  // whole channels: one call over the rows of image n
+        const int64_t off = (n * g.M + m0) * P;
+        applyEpilogue(y.data<float>() + off, mc, P, b ? b->data<float>() + m0 : nullptr, true, z ? z->data<float>() + off : nullptr, act);
+        return;
+    }
+    for (int64_t m = m0; m < m0 + mc; ++m) {
+        const int64_t off = (n * g.M + m) * P + c0;
+        applyEpilogue(y.data<float>() + off, 1, nc, b ? b->data<float>() + m : nullptr, true, z ? z->data<float>() + off : nullptr, act);
+    }
+}
+
+std::vector<Tensor> gemmConv(const KernelContext& ctx) {
+    Conv2d g;
+    if (!geometry(ctx, &g)) return fallback(ctx);
+    const float* x = ctx.input(0).data<float>();
+    const float* w = ctx.input(1).data<float>();
+    Tensor y = ctx.output(0, DType::F32, {g.N, g.M, g.OH, g.OW});
+    float* py = y.data<float>();
+    const int64_t cpg = g.C / g.group, mpg = g.M / g.group, K = cpg * g.KH * g.KW, P = g.OH * g.OW;
+    const bool pointwise = g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.pt == 0 && g.pl == 0;
+    std::vector<float> cols(pointwise ? 0 : static_cast<size_t>(K * P));
+    for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t grp = 0; grp < g.group; ++grp) {
+            const float* xg = x + (n * g.C + grp * cpg) * g.H * g.W;
+            const float* src = xg;
+            if (!pointwise) {
+                // cols[(c*KH + kh)*KW + kw, oh*OW + ow] = x[c, oh*sh - pt + kh*dh, ow*sw - pl + kw*dw]
+#pragma omp parallel for schedule(static)
+                for (int64_t row = 0; row < K; ++row) {
+                    const int64_t c = row / (g.KH * g.KW), kh = (row / g.KW) % g.KH, kw = row % g.KW;
+                    float* dst = cols.data() + row * P;
+                    for (int64_t oh = 0; oh < g.OH; ++oh) {
+                        const int64_t ih = oh * g.sh - g.pt + kh * g.dh;
+                        float* d = dst + oh * g.OW;
+                        if (ih < 0 || ih >= g.H) {
+                            std::fill(d, d + g.OW, 0.0f);
+                            continue;
+                        }
+                        const float* s = xg + (c * g.H + ih) * g.W;
+                        for (int64_t ow = 0; ow < g.OW; ++ow) {
+                            const int64_t iw = ow * g.sw - g.pl + kw * g.dw;
+                            d[ow] = (iw >= 0 && iw < g.W) ? s[iw] : 0.0f;
+                        }
+                    }
+                }
+                src = cols.data();
+            }
+            // Column blocks: each block's output is still in cache when its epilogue runs.
+            const int64_t block = std::max<int64_t>(256, (int64_t{1} << 17) / std::max<int64_t>(mpg, 1));
+            float* yg = py + (n * g.M + grp * mpg) * P;
+            for (int64_t c0 = 0; c0 < P; c0 += block) {
+                const int64_t nc = std::min(block, P - c0);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(mpg), static_cast<int>(nc), static_cast<int>(K), 1.0f, w + grp * mpg * K,
+                            static_cast<int>(K), src + c0, static_cast<int>(P), 0.0f, yg + c0, static_cast<int>(P));
+                blockEpilogue(ctx, g, y, n, grp * mpg, mpg, c0, nc);
+            }
+        }
+    return {y};
+}
+
+std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
+    Conv2d g;
+    if (!geometry(ctx, &g) || g.group != g.C || g.M != g.C) return fallback(ctx);
+    const float* x = ctx.input(0).data<float>();
+    const float* w = ctx.input(1).data<float>();
+    Tensor y = ctx.output(0, DType::F32, {g.N, g.M, g.OH, g.OW});
+    float* py = y.data<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t nc = 0; nc < g.N * g.C; ++nc) {
+        const int64_t c = nc % g.C;
+        const float* xc = x + nc * g.H * g.W;
+        const float* wc = w + c * g.KH * g.KW;
+        float* yc = py + nc * g.OH * g.OW;
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+            float* yr = yc + oh * g.OW;
+            std::fill(yr, yr + g.OW, 0.0f);
+            for (int64_t kh = 0; kh < g.KH; ++kh) {
+                const int64_t ih = oh * g.sh - g.pt + kh * g.dh;
+                if (ih < 0 || ih >= g.H) continue;
+                const float* xr = xc + ih * g.W;
+                for (int64_t kw = 0; kw < g.KW; ++kw) {
+                    const float wv = wc[kh * g.KW + kw];
+                    const int64_t off = kw * g.dw - g.pl;
+                    // Output columns whose input column is inside the row.
+                    int64_t lo = off < 0 ? (-off + g.sw - 1) / g.sw : 0;
+                    int64_t hi = g.W - 1 - off < 0 ? 0 : std::min(g.OW, (g.W - 1 - off) / g.sw + 1);
+                    if (g.sw == 1)
+                        for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xr[ow + off];
+                    else
+                        for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xr[ow * g.sw + off];
+                }
+            }
+        }
+    }
+    for (int64_t n = 0; n < g.N; ++n) blockEpilogue(ctx, g, y, n, 0, g.M, 0, g.OH * g.OW);
+    return {y};
+}
+
+}  // namespace
+
+void addConvTactics(std::vector<Tactic>& t) {
+    // Depthwise first: it is the better guess when shapes are unknown and nothing is timed.
+    t.push_back({"depthwise", "conv", {"Conv", "FusedConv"}, supportsDepthwise, depthwiseConv});
+    t.push_back({"gemm", "conv", {"Conv", "FusedConv"}, supportsGemmConv, gemmConv});
+}
+
+}  // namespace kiln

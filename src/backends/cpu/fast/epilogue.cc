@@ -1,0 +1,78 @@
+#include "backends/cpu/fast/epilogue.h"
+
+#include "ir/error.h"
+
+namespace kiln {
+
+Activation Activation::fromNode(const Node& n) {
+    static const std::pair<const char*, ActKind> names[] = {
+        {"none", ActKind::None}, {"Relu", ActKind::Relu}, {"Clip", ActKind::Clip}, {"Sigmoid", ActKind::Sigmoid}, {"Tanh", ActKind::Tanh},
+        {"LeakyRelu", ActKind::LeakyRelu}, {"HardSigmoid", ActKind::HardSigmoid}, {"HardSwish", ActKind::HardSwish}, {"Gelu", ActKind::Gelu},
+        {"GeluTanh", ActKind::GeluTanh}, {"Softplus", ActKind::Softplus}};
+    Activation act;
+    const std::string name = n.attrs.getString("activation", "none");
+    bool found = false;
+    for (const auto& [text, kind] : names)
+        if (name == text) {
+            act.kind = kind;
+            found = true;
+        }
+    check(found, n.describe() + ": unknown fused activation '" + name + "'");
+    auto p = n.attrs.getFloats("activation_params");
+    if (p.size() > 0) act.a = p[0];
+    if (p.size() > 1) act.b = p[1];
+    return act;
+}
+
+namespace {
+
+// Hot loops, compiled for AVX-512, AVX2 and baseline x86-64 and picked at run time.
+#define KILN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+KILN_CLONES void addRow(float* y, int64_t n, float scalar, const float* vec, const float* res) {
+    if (scalar != 0.0f)
+        for (int64_t i = 0; i < n; ++i) y[i] += scalar;
+    if (vec)
+        for (int64_t i = 0; i < n; ++i) y[i] += vec[i];
+    if (res)
+        for (int64_t i = 0; i < n; ++i) y[i] += res[i];
+}
+
+KILN_CLONES void activateRow(float* y, int64_t n, ActKind kind, float a, float b) {
+    switch (kind) {
+        case ActKind::None: return;
+        case ActKind::Relu:
+            for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+            return;
+        case ActKind::Clip:
+            for (int64_t i = 0; i < n; ++i) y[i] = y[i] < a ? a : (y[i] > b ? b : y[i]);
+            return;
+        case ActKind::LeakyRelu:
+            for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= 0.0f ? y[i] : a * y[i];
+            return;
+        case ActKind::HardSwish:
+            for (int64_t i = 0; i < n; ++i) {
+                float t = y[i] / 6.0f + 0.5f;
+                t = t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t);
+                y[i] *= t;
+            }
+            return;
+        default: break;
+    }
+    const Activation act{kind, a, b};
+    for (int64_t i = 0; i < n; ++i) y[i] = activate(act, y[i]);
+}
+
+}  // namespace
+
+void applyEpilogue(float* y, int64_t rows, int64_t cols, const float* bias, bool bias_per_row, const float* residual, const Activation& act) {
+    if (!bias && !residual && act.kind == ActKind::None) return;
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+    for (int64_t r = 0; r < rows; ++r) {
+        float* row = y + r * cols;
+        addRow(row, cols, bias && bias_per_row ? bias[r] : 0.0f, bias && !bias_per_row ? bias : nullptr, residual ? residual + r * cols : nullptr);
+        activateRow(row, cols, act.kind, act.a, act.b);
+    }
+}
+
+}  // namespace kiln

@@ -1,0 +1,202 @@
+// Fast f32 kernels for normalization, softmax, attention and elementwise chains. Each
+// falls back to the reference kernel for shapes or types it does not cover.
+#include <cblas.h>
+
+#include <cmath>
+
+#include "backends/cpu/fast/epilogue.h"
+#include "backends/cpu/fast/tactics.h"
+#include "backends/cpu/reference/kernel_util.h"
+
+namespace kiln {
+
+namespace {
+
+std::vector<Tensor> fallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
+bool any(const Node&, const Graph&) { return true; }
+
+// In-place softmax of `rows` rows of `len` floats.
+void softmaxRows(float* p, int64_t rows, int64_t len) {
+#pragma omp parallel for schedule(static) if (rows * len > 16384)
+    for (int64_t r = 0; r < rows; ++r) {
+        float* x = p + r * len;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < len; ++j) mx = std::fmax(mx, x[j]);
+        float sum = 0;
+        for (int64_t j = 0; j < len; ++j) sum += (x[j] = std::exp(x[j] - mx));
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j < len; ++j) x[j] *= inv;
+    }
+}
+
+std::vector<Tensor> fastSoftmax(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const int64_t rank = static_cast<int64_t>(x.rank());
+    int64_t axis = ctx.attrs().getInt("axis", ctx.opset < 13 ? 1 : -1);
+    if (axis < 0) axis += rank;
+    if (x.dtype() != DType::F32 || rank == 0 || axis != rank - 1) return fallback(ctx);
+    Tensor y = x.clone();
+    const int64_t len = x.dims().back();
+    softmaxRows(y.data<float>(), len ? x.numel() / len : 0, len);
+    return {y};
+}
+
+std::vector<Tensor> fastLayerNorm(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Tensor& scale = ctx.input(1);
+    const Tensor* bias = ctx.optionalInput(2);
+    const int64_t rank = static_cast<int64_t>(x.rank());
+    int64_t axis = ctx.attrs().getInt("axis", -1);
+    if (axis < 0) axis += rank;
+    if (x.dtype() != DType::F32 || scale.dtype() != DType::F32 || axis != rank - 1 || ctx.numOutputs() > 1) return fallback(ctx);
+    const int64_t len = x.dims().back();
+    if (scale.numel() != len || (bias && (bias->dtype() != DType::F32 || bias->numel() != len))) return fallback(ctx);
+    const float eps = ctx.attrs().getFloat("epsilon", 1e-5f);
+    Tensor y = ctx.output(0, DType::F32, x.dims());
+    const float* px = x.data<float>();
+    const float* g = scale.data<float>();
+    const float* b = bias ? bias->data<float>() : nullptr;
+    float* py = y.data<float>();
+    const int64_t rows = len ? x.numel() / len : 0;
+#pragma omp parallel for schedule(static) if (rows * len > 16384)
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* xr = px + r * len;
+        float* yr = py + r * len;
+        double mean = 0, var = 0;  // double: the reference-level accuracy on wide rows
+        for (int64_t j = 0; j < len; ++j) mean += xr[j];
+        mean /= static_cast<double>(len);
+        for (int64_t j = 0; j < len; ++j) var += (xr[j] - mean) * (xr[j] - mean);
+        const float inv = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(len) + eps));
+        const float m = static_cast<float>(mean);
+        for (int64_t j = 0; j < len; ++j) yr[j] = (xr[j] - m) * inv * g[j] + (b ? b[j] : 0.0f);
+    }
+    return {y};
+}
+
+// Attention(Q [.., S, D], Kt [.., D, T], V [.., T, E], mask) with per-batch sgemm.
+std::vector<Tensor> fastAttention(const KernelContext& ctx) {
+    const Tensor& q = ctx.input(0);
+    const Tensor& kt = ctx.input(1);
+    const Tensor& v = ctx.input(2);
+    const Tensor* mask = ctx.optionalInput(3);
+    if (q.dtype() != DType::F32 || kt.dtype() != DType::F32 || v.dtype() != DType::F32 || q.rank() < 2 || q.rank() != kt.rank() || q.rank() != v.rank())
+        return fallback(ctx);
+    if (mask && mask->dtype() != DType::F32) return fallback(ctx);
+    const Dims batch(q.dims().begin(), q.dims().end() - 2);
+    if (Dims(kt.dims().begin(), kt.dims().end() - 2) != batch || Dims(v.dims().begin(), v.dims().end() - 2) != batch) return fallback(ctx);
+    const int64_t S = q.dims()[q.rank() - 2], D = q.dims().back(), T = kt.dims().back(), E = v.dims().back();
+    if (kt.dims()[kt.rank() - 2] != D || v.dims()[v.rank() - 2] != T) return fallback(ctx);
+    const int64_t nb = numElements(batch);
+    const float scale = ctx.attrs().getFloat("scale", 1.0f);
+    Dims score_dims = batch;
+    score_dims.insert(score_dims.end(), {S, T});
+    std::vector<int64_t> mask_off;
+    if (mask) mask_off = broadcastOffsets(score_dims, mask->dims());
+    Dims out_dims = batch;
+    out_dims.insert(out_dims.end(), {S, E});
+    Tensor out = ctx.output(0, DType::F32, out_dims);
+    std::vector<float> scores(static_cast<size_t>(nb * S * T));
+    const float *pq = q.data<float>(), *pk = kt.data<float>(), *pv = v.data<float>();
+    for (int64_t b = 0; b < nb; ++b)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(S), static_cast<int>(T), static_cast<int>(D), scale, pq + b * S * D,
+                    static_cast<int>(D), pk + b * D * T, static_cast<int>(T), 0.0f, scores.data() + b * S * T, static_cast<int>(T));
+    if (mask) {
+        const float* pm = mask->data<float>();
+        for (size_t i = 0; i < scores.size(); ++i) scores[i] += pm[mask_off[i]];
+    }
+    softmaxRows(scores.data(), nb * S, T);
+    for (int64_t b = 0; b < nb; ++b)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(S), static_cast<int>(E), static_cast<int>(T), 1.0f, scores.data() + b * S * T,
+                    static_cast<int>(T), pv + b * T * E, static_cast<int>(E), 0.0f, out.data<float>() + b * S * E, static_cast<int>(E));
+    return {out};
+}
+
+enum class BinOp { Add, Sub, Mul, Div, Pow, Max, Min };
+
+// ElementwiseChain over f32 when every extra operand has the output's shape, one element,
+// or the shape of its trailing dims (a per-row vector); other cases use the reference.
+std::vector<Tensor> fastChain(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const auto operand = ctx.attrs().getInts("operand");
+    const auto swapped = ctx.attrs().getInts("swapped");
+    const auto params = ctx.attrs().getFloats("params");
+    const auto& names = std::get<std::vector<std::string>>(ctx.attrs().all().at("ops"));
+    if (x.dtype() != DType::F32) return fallback(ctx);
+    const int64_t n = x.numel();
+    std::vector<int64_t> period(ctx.numInputs(), 0);  // extra operand i repeats every period[i] elements
+    for (size_t i = 1; i < ctx.numInputs(); ++i) {
+        const Tensor& e = ctx.input(i);
+        if (e.dtype() != DType::F32) return fallback(ctx);
+        const Dims& d = e.dims();
+        const bool trailing = d.size() <= x.rank() && std::equal(d.rbegin(), d.rend(), x.dims().rbegin());
+        if (!trailing && e.numel() != 1) return fallback(ctx);
+        period[i] = e.numel();
+    }
+    struct Step {
+        bool unary;
+        Activation act;
+        BinOp op;
+        const float* other;
+        int64_t period;
+        bool swapped;
+    };
+    std::vector<Step> steps;
+    for (size_t s = 0; s < names.size(); ++s) {
+        Step st{operand[s] < 0, {}, BinOp::Add, nullptr, 0, swapped[s] != 0};
+        if (st.unary) {
+            Node probe;
+            probe.attrs.set("activation", names[s]);
+            probe.attrs.set("activation_params", std::vector<float>{params[2 * s], params[2 * s + 1]});
+            try {
+                st.act = Activation::fromNode(probe);
+            } catch (const Error&) {
+                return fallback(ctx);  // Exp, Log, ... stay on the reference
+            }
+        } else {
+            static const std::pair<const char*, BinOp> ops[] = {{"Add", BinOp::Add}, {"Sub", BinOp::Sub}, {"Mul", BinOp::Mul}, {"Div", BinOp::Div},
+                                                                {"Pow", BinOp::Pow}, {"Max", BinOp::Max}, {"Min", BinOp::Min}};
+            for (const auto& [name, op] : ops)
+                if (names[s] == name) st.op = op;
+            st.other = ctx.input(static_cast<size_t>(operand[s])).data<float>();
+            st.period = period[static_cast<size_t>(operand[s])];
+        }
+        steps.push_back(st);
+    }
+    Tensor y = ctx.output(0, DType::F32, x.dims());
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) {
+        float v = px[i];
+        for (const Step& st : steps) {
+            if (st.unary) {
+                v = activate(st.act, v);
+                continue;
+            }
+            const float o = st.other[st.period == 1 ? 0 : i % st.period];
+            const float l = st.swapped ? o : v, r = st.swapped ? v : o;
+            switch (st.op) {
+                case BinOp::Add: v = l + r; break;
+                case BinOp::Sub: v = l - r; break;
+                case BinOp::Mul: v = l * r; break;
+                case BinOp::Div: v = l / r; break;
+                case BinOp::Pow: v = std::pow(l, r); break;
+                case BinOp::Max: v = std::fmax(l, r); break;
+                case BinOp::Min: v = std::fmin(l, r); break;
+            }
+        }
+        py[i] = v;
+    }
+    return {y};
+}
+
+}  // namespace
+
+void addFastOpTactics(std::vector<Tactic>& t) {
+    t.push_back({"fast", "norm", {"LayerNormalization", "Softmax"}, any, nullptr});
+    t.back().kernel = [](const KernelContext& ctx) { return ctx.node.op_type == "Softmax" ? fastSoftmax(ctx) : fastLayerNorm(ctx); };
+    t.push_back({"fast", "attention", {"Attention"}, any, fastAttention});
+    t.push_back({"fast", "elementwise", {"ElementwiseChain"}, any, fastChain});
+}
+
+}  // namespace kiln

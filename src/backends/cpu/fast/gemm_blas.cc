@@ -1,0 +1,85 @@
+// MatMul, Gemm and FusedMatMul on OpenBLAS sgemm (f32), with the bias/activation epilogue
+// fused into one pass. Batched MatMul with a shared 2-D B folds the batch into M.
+#include <cblas.h>
+
+#include "backends/cpu/fast/epilogue.h"
+#include "backends/cpu/fast/tactics.h"
+#include "backends/cpu/reference/kernel_util.h"
+
+namespace kiln {
+
+namespace {
+
+bool matmulLike(const Node& n, const Graph&) {
+    if (n.op_type == "Gemm") return true;
+    return n.op_type == "MatMul" || n.op_type == "FusedMatMul";
+}
+
+std::vector<Tensor> fallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
+
+std::vector<Tensor> blasMatMul(const KernelContext& ctx) {
+    const Node& n = ctx.node;
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    if (a.dtype() != DType::F32 || b.dtype() != DType::F32 || a.rank() < 2 || b.rank() < 2) return fallback(ctx);
+    const bool gemm = n.op_type == "Gemm";
+    const bool trans_a = gemm && n.attrs.getInt("transA", 0) != 0;
+    const bool trans_b = gemm ? n.attrs.getInt("transB", 0) != 0 : n.attrs.getInt("trans_b", 0) != 0;
+    if (gemm && (a.rank() != 2 || b.rank() != 2)) return fallback(ctx);
+    if (trans_b && b.rank() != 2) return fallback(ctx);
+    const int64_t M = trans_a ? a.dims()[a.rank() - 1] : a.dims()[a.rank() - 2];
+    const int64_t K = trans_a ? a.dims()[a.rank() - 2] : a.dims()[a.rank() - 1];
+    const int64_t Kb = trans_b ? b.dims()[1] : b.dims()[b.rank() - 2];
+    const int64_t N = trans_b ? b.dims()[0] : b.dims()[b.rank() - 1];
+    ctx.require(K == Kb, "inner dimensions differ: " + a.summary() + " x " + b.summary());
+    const Dims a_batch(a.dims().begin(), a.dims().end() - 2), b_batch(b.dims().begin(), b.dims().end() - 2);
+    const Dims batch = broadcastDims(a_batch, b_batch, n.describe());
+    Dims out_dims = batch;
+    out_dims.insert(out_dims.end(), {M, N});
+    Tensor out = ctx.output(0, DType::F32, out_dims);
+    const float* pa = a.data<float>();
+    const float* pb = b.data<float>();
+    float* po = out.data<float>();
+    const int64_t nb = numElements(batch);
+    float alpha = gemm ? n.attrs.getFloat("alpha", 1.0f) : 1.0f;
+    if (b_batch.empty() && !trans_a && a_batch == batch && nb * M == 1) {
+        // A single row: a matrix-vector product (sgemm is slow for M = 1).
+        cblas_sgemv(CblasRowMajor, trans_b ? CblasNoTrans : CblasTrans, static_cast<int>(trans_b ? N : K), static_cast<int>(trans_b ? K : N), alpha, pb,
+                    static_cast<int>(trans_b ? K : N), pa, 1, 0.0f, po, 1);
+    } else if (b_batch.empty() && !trans_a && a_batch == batch) {
+        // Shared B: one GEMM over all batch rows.
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(nb * M), static_cast<int>(N), static_cast<int>(K), alpha, pa,
+                    static_cast<int>(K), pb, static_cast<int>(trans_b ? K : N), 0.0f, po, static_cast<int>(N));
+    } else {
+        auto a_off = broadcastOffsets(batch, a_batch), b_off = broadcastOffsets(batch, b_batch);
+        for (int64_t i = 0; i < nb; ++i)
+            cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
+                        static_cast<int>(K), alpha, pa + a_off[i] * M * K, static_cast<int>(trans_a ? M : K), pb + b_off[i] * K * N,
+                        static_cast<int>(trans_b ? K : N), 0.0f, po + i * M * N, static_cast<int>(N));
+    }
+    const int64_t rows = nb * M;
+    if (n.op_type == "FusedMatMul") {
+        const Tensor* bias = ctx.optionalInput(2);
+        if (bias && (bias->dtype() != DType::F32 || bias->numel() != N)) return fallback(ctx);
+        applyEpilogue(po, rows, N, bias ? bias->data<float>() : nullptr, false, nullptr, Activation::fromNode(n));
+    } else if (gemm && ctx.hasInput(2)) {
+        const Tensor& c = ctx.input(2);
+        const float beta = n.attrs.getFloat("beta", 1.0f);
+        if (c.dtype() != DType::F32) return fallback(ctx);
+        if (c.numel() == N && beta == 1.0f && (c.rank() == 1 || c.dims()[0] == 1)) {
+            applyEpilogue(po, rows, N, c.data<float>(), false, nullptr, Activation{});
+        } else {
+            broadcastDims({M, N}, c.dims(), n.describe());  // C must broadcast to [M, N]
+            auto off = broadcastOffsets({M, N}, c.dims());
+            const float* pc = c.data<float>();
+            for (int64_t i = 0; i < M * N; ++i) po[i] += beta * pc[off[i]];
+        }
+    }
+    return {out};
+}
+
+}  // namespace
+
+void addGemmTactics(std::vector<Tactic>& t) { t.push_back({"blas", "gemm", {"MatMul", "FusedMatMul", "Gemm"}, matmulLike, blasMatMul}); }
+
+}  // namespace kiln

@@ -1,0 +1,122 @@
+// The op-conformance harness for the fast CPU backend: every tactic runs on randomized
+// node configurations and must match the reference kernel of the same node.
+#include <gtest/gtest.h>
+
+#include "backends/cpu/fast/tactics.h"
+#include "runtime/accuracy.h"
+#include "test_helpers.h"
+
+using namespace kiln;
+using namespace kiln::testing;
+
+namespace {
+
+struct Case {
+    Node node;
+    std::vector<Tensor> inputs;  // undefined tensor = omitted input
+};
+
+void expectTacticMatchesReference(const Case& c, const std::string& tactic_name) {
+    const Tactic* tactic = nullptr;
+    for (const auto& t : fastTactics())
+        if (t.name == tactic_name && std::find(t.ops.begin(), t.ops.end(), c.node.op_type) != t.ops.end()) tactic = &t;
+    ASSERT_NE(tactic, nullptr) << tactic_name << " for " << c.node.op_type;
+    std::vector<const Tensor*> ptrs;
+    for (const auto& t : c.inputs) ptrs.push_back(t.defined() ? &t : nullptr);
+    KernelContext ctx{c.node, ptrs, 17, nullptr};
+    auto want = referenceKernels().find(c.node.op_type)(ctx);
+    auto got = tactic->kernel(ctx);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].dims(), want[i].dims()) << dumpGraph(Graph{});
+        EXPECT_LT(compareOutputs(got[i], want[i], "y").rel_l2, 2e-6) << c.node.op_type << " " << tactic_name << " strides " << attributeToString(Attribute(c.node.attrs.getInts("strides"))) << " group " << c.node.attrs.getInt("group", 1) << " inputs " << c.inputs.size();
+    }
+}
+
+Node node(const std::string& op, const std::string& domain = "") { return Node{"n", op, domain, {}, {"y"}, {}}; }
+
+}  // namespace
+
+TEST(FastBackend, GemmTacticMatchesReference) {
+    std::mt19937 rng(21);
+    for (auto [a, b] : std::vector<std::pair<Dims, Dims>>{{{3, 5}, {5, 4}}, {{1, 7}, {7, 3}}, {{2, 3, 5}, {5, 4}}, {{2, 1, 3, 5}, {4, 5, 6}}}) {
+        Case c{node("MatMul"), {randomTensor(a, rng), randomTensor(b, rng)}};
+        expectTacticMatchesReference(c, "blas");
+    }
+    for (const char* act : {"none", "Relu", "Gelu", "GeluTanh", "Clip", "Sigmoid"}) {
+        for (int64_t tb : {0, 1}) {
+            Case c{node("FusedMatMul", "kiln"), {randomTensor({2, 4, 6}, rng), randomTensor(tb ? Dims{5, 6} : Dims{6, 5}, rng), randomTensor({5}, rng)}};
+            c.node.attrs.set("trans_b", tb);
+            c.node.attrs.set("activation", std::string(act));
+            c.node.attrs.set("activation_params", std::vector<float>{-0.5f, 0.5f});
+            expectTacticMatchesReference(c, "blas");
+        }
+    }
+    for (int64_t ta : {0, 1})
+        for (int64_t tb : {0, 1})
+            for (const Dims& cd : {Dims{}, Dims{5}, Dims{3, 5}, Dims{3, 1}}) {
+                Case c{node("Gemm"), {randomTensor(ta ? Dims{4, 3} : Dims{3, 4}, rng), randomTensor(tb ? Dims{5, 4} : Dims{4, 5}, rng)}};
+                if (!cd.empty()) c.inputs.push_back(randomTensor(cd, rng));
+                c.node.attrs.set("transA", ta);
+                c.node.attrs.set("transB", tb);
+                c.node.attrs.set("alpha", 0.7f);
+                c.node.attrs.set("beta", cd.size() == 1 ? 1.0f : 1.3f);
+                expectTacticMatchesReference(c, "blas");
+            }
+}
+
+TEST(FastBackend, ConvTacticsMatchReference) {
+    std::mt19937 rng(8);
+    struct Geo {
+        int64_t c, m, k, stride, pad, dil, group;
+    };
+    for (const Geo& geo : std::vector<Geo>{{3, 8, 3, 1, 1, 1, 1}, {4, 6, 1, 1, 0, 1, 1}, {4, 6, 3, 2, 1, 1, 2}, {5, 5, 3, 1, 1, 1, 5}, {6, 6, 3, 2, 1, 1, 6},
+                                           {4, 4, 5, 1, 2, 2, 4}, {3, 4, 3, 2, 0, 1, 1}, {8, 8, 3, 1, 0, 1, 8}}) {
+        for (bool fused : {false, true}) {
+            Case c{node(fused ? "FusedConv" : "Conv", fused ? "kiln" : ""),
+                   {randomTensor({2, geo.c, 9, 11}, rng), randomTensor({geo.m, geo.c / geo.group, geo.k, geo.k}, rng), randomTensor({geo.m}, rng)}};
+            c.node.attrs.set("strides", std::vector<int64_t>{geo.stride, geo.stride});
+            c.node.attrs.set("pads", std::vector<int64_t>{geo.pad, geo.pad, geo.pad, geo.pad});
+            c.node.attrs.set("dilations", std::vector<int64_t>{geo.dil, geo.dil});
+            c.node.attrs.set("group", geo.group);
+            if (fused) {
+                c.node.attrs.set("activation", std::string("Clip"));
+                c.node.attrs.set("activation_params", std::vector<float>{0.0f, 1.0f});
+                const int64_t oh = (9 + 2 * geo.pad - (geo.k - 1) * geo.dil - 1) / geo.stride + 1, ow = (11 + 2 * geo.pad - (geo.k - 1) * geo.dil - 1) / geo.stride + 1;
+                c.inputs.push_back(randomTensor({2, geo.m, oh, ow}, rng));  // residual
+            }
+            expectTacticMatchesReference(c, "gemm");
+            if (geo.group == geo.c && geo.m == geo.c) expectTacticMatchesReference(c, "depthwise");
+        }
+    }
+}
+
+TEST(FastBackend, NormAttentionAndChainTacticsMatchReference) {
+    std::mt19937 rng(3);
+    Case ln{node("LayerNormalization"), {randomTensor({3, 4, 32}, rng), randomTensor({32}, rng), randomTensor({32}, rng)}};
+    ln.node.attrs.set("epsilon", 1e-5f);
+    expectTacticMatchesReference(ln, "fast");
+    Case sm{node("Softmax"), {randomTensor({3, 4, 17}, rng, -5, 5)}};
+    expectTacticMatchesReference(sm, "fast");
+    for (bool masked : {false, true}) {
+        Case att{node("Attention", "kiln"), {randomTensor({2, 3, 5, 8}, rng), randomTensor({2, 3, 8, 7}, rng), randomTensor({2, 3, 7, 4}, rng)}};
+        if (masked) att.inputs.push_back(randomTensor({2, 1, 1, 7}, rng));
+        att.node.attrs.set("scale", 0.3f);
+        expectTacticMatchesReference(att, "fast");
+    }
+    Case chain{node("ElementwiseChain", "kiln"), {randomTensor({4, 6}, rng, 0.5, 2), randomTensor({6}, rng, 0.5, 2), randomTensor({4, 6}, rng, 0.5, 2)}};
+    chain.node.attrs.set("ops", std::vector<std::string>{"Mul", "Sigmoid", "Sub", "Div", "Relu"});
+    chain.node.attrs.set("operand", std::vector<int64_t>{1, -1, 2, 1, -1});
+    chain.node.attrs.set("swapped", std::vector<int64_t>{0, 0, 1, 0, 0});
+    chain.node.attrs.set("params", std::vector<float>(10, 0.0f));
+    expectTacticMatchesReference(chain, "fast");
+}
+
+TEST(FastBackend, EveryTacticParameterListsReferenceAndAuto) {
+    for (const auto& p : tacticParameters()) {
+        EXPECT_EQ(p.default_value, "auto") << p.name;
+        EXPECT_NE(std::find(p.values.begin(), p.values.end(), "reference"), p.values.end()) << p.name;
+    }
+    Node conv = node("Conv");
+    EXPECT_THROW(kernelForTactic(conv, "nonsense"), Error);
+}
