@@ -19,6 +19,8 @@
 
 #include "onnx_import/importer.h"
 #include "onnx_import/tensor_proto.h"
+#include "engine/builder.h"
+#include "runtime/context.h"
 #include "runtime/executor.h"
 
 namespace fs = std::filesystem;
@@ -75,7 +77,9 @@ struct Result {
     std::string detail;
 };
 
-Result runTest(const fs::path& dir, double rtol, double atol) {
+// `route` empty: the reference executor on the imported graph; otherwise an engine built
+// with that route (passes + backend tactics) run in an execution context.
+Result runTest(const fs::path& dir, double rtol, double atol, const std::string& route) {
     if (std::string why = exclusionReason(dir); !why.empty()) return {Outcome::Excluded, why};
     Graph g;
     try {
@@ -86,7 +90,16 @@ Result runTest(const fs::path& dir, double rtol, double atol) {
         return {unsupported ? Outcome::Unsupported : Outcome::Fail, msg};
     }
     try {
+        std::unique_ptr<Engine> engine;
+        std::unique_ptr<ExecutionContext> context;
+        if (!route.empty()) {
+            Builder b(g, "");
+            b.setBuildRoute(BuildRoute::parse(route == "default" ? "" : route, Builder::space()));
+            engine = std::make_unique<Engine>(b.build());
+            context = std::make_unique<ExecutionContext>(*engine);
+        }
         GraphExecutor exec(g);
+        auto execute = [&](const TensorMap& in) { return context ? context->run(in) : exec.run(in); };
         std::vector<fs::path> sets;
         for (const auto& e : fs::directory_iterator(dir))
             if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
@@ -103,7 +116,7 @@ Result runTest(const fs::path& dir, double rtol, double atol) {
                 if (name.empty() && i < inputs_decl.size()) name = inputs_decl[i].name;
                 inputs[name] = t;
             }
-            auto outputs = exec.run(inputs);
+            auto outputs = execute(inputs);
             for (size_t i = 0; i < outputs.size(); ++i) {
                 fs::path p = set / ("output_" + std::to_string(i) + ".pb");
                 if (!fs::exists(p)) return {Outcome::Fail, "missing " + p.string()};
@@ -127,6 +140,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> required;
     double rtol = 1e-3, atol = 1e-7, min_rate = 0.0;
     bool verbose = false;
+    std::string route;
     app.add_option("--data-dir", data_dir, "Root of the ONNX backend test data");
     app.add_option("--suite", suites, "Suites (sub-folders) to run");
     app.add_option("--filter", filter, "Only tests whose name contains this text");
@@ -136,6 +150,7 @@ int main(int argc, char** argv) {
     app.add_option("--require", required, "Test names that must pass (exit non-zero otherwise)");
     app.add_option("--summary-file", summary_file, "Also write the summary lines here");
     app.add_flag("-v,--verbose", verbose, "Print every test, not only failures");
+    app.add_option("--route", route, "Build each model into an engine with this route ('default' for the default route) instead of running the reference executor");
     CLI11_PARSE(app, argc, argv);
 
     if (!fs::is_directory(data_dir)) {
@@ -155,7 +170,7 @@ int main(int argc, char** argv) {
         std::sort(tests.begin(), tests.end());
         int counts[4] = {0, 0, 0, 0};
         for (const auto& t : tests) {
-            Result r = runTest(t, rtol, atol);
+            Result r = runTest(t, rtol, atol, route);
             ++counts[static_cast<int>(r.outcome)];
             const std::string name = t.filename().string();
             if (must_pass.count(name) && r.outcome != Outcome::Pass) missed.push_back(name);
