@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "engine/tactic_selection.h"
 #include "onnx_import/importer.h"
 
 namespace kiln::tools {
@@ -28,6 +29,7 @@ void addBuildOptions(CLI::App& cmd, BuildOptions& o) {
     cmd.add_option("--minShapes,--min-shapes", o.min_shapes, "Shape profile minimum, NAME:DIMS (repeatable)");
     cmd.add_option("--optShapes,--opt-shapes", o.opt_shapes, "Shape profile optimum, NAME:DIMS");
     cmd.add_option("--maxShapes,--max-shapes", o.max_shapes, "Shape profile maximum, NAME:DIMS");
+    cmd.add_option("--timing-cache", o.timing_cache, "File of tactic timings: reused by later builds instead of re-timing identical nodes");
 }
 
 BuildRoute routeFromOptions(const BuildOptions& o) {
@@ -64,7 +66,11 @@ Engine buildEngine(const std::string& model, const BuildOptions& o) {
         profile[name].opt = dims;
     }
     builder.setShapeProfile(profile);
-    return builder.build();
+    TimingCache cache(o.timing_cache);
+    builder.setTimingCache(&cache);
+    Engine engine = builder.build();
+    cache.save();
+    return engine;
 }
 
 Engine loadOrBuildEngine(const std::string& model, const BuildOptions& o) {

@@ -15,6 +15,7 @@ struct BuildOptions {
     std::string target = "cpu";
     bool fp16 = false, bf16 = false;  // shorthand for precision.*=f16 / bf16
     std::vector<std::string> min_shapes, opt_shapes, max_shapes;  // NAME:DIMS
+    std::string timing_cache;  // tactic timings kept across builds
 };
 
 // Registers the build options on a CLI command.

@@ -49,11 +49,17 @@ Golden loadGolden(const Graph& model, const TunerOptions& o) {
     return g;
 }
 
-std::string defaultExpression(const Graph& model) {
+// Without --expr: every value of each parameter that affects the model. Its cross product
+// is usually far too large to list, so it is searched as a domain (mixed by default).
+Domain defaultDomain(const Graph& model, std::string* expression) {
     Builder b(model, "");
-    std::string expr;
-    for (const auto& p : b.affectingParameters()) expr += (expr.empty() ? "" : " ") + p + "=*";
-    return expr.empty() ? "default" : expr;
+    Domain d;
+    for (const auto& name : b.affectingParameters()) {
+        d.emplace_back(name, Builder::space().get(name).values);
+        *expression += (expression->empty() ? "" : " ") + name + "=*";
+    }
+    if (expression->empty()) *expression = "default";
+    return d;
 }
 
 // Evaluates candidates through the cache and the budget, recording them in order.
@@ -201,9 +207,23 @@ Budget Budget::parse(const std::string& text) {
 TuneResult tune(const TunerOptions& o) {
     TuneResult result;
     Graph model = importOnnxModel(o.model_path);
-    result.expression = o.expr.empty() ? defaultExpression(model) : o.expr;
-    const auto routes = expandRouteExpression(result.expression, Builder::space(), o.seed).routes;
-    const Strategy strategy = o.strategy.value_or(routes.size() <= kExhaustiveLimit ? Strategy::Exhaustive : Strategy::Mixed);
+    std::vector<BuildRoute> routes;
+    Domain domain;
+    double combinations = 1;
+    if (o.expr.empty()) {
+        domain = defaultDomain(model, &result.expression);
+        for (const auto& [name, values] : domain) combinations *= static_cast<double>(values.size());
+        if (combinations <= kExhaustiveLimit) routes = expandRouteExpression(result.expression, Builder::space(), o.seed).routes;
+    } else {
+        result.expression = o.expr;
+        routes = expandRouteExpression(o.expr, Builder::space(), o.seed).routes;
+        domain = domainOf(routes, Builder::space());
+        combinations = static_cast<double>(routes.size());
+    }
+    const Strategy strategy = o.strategy.value_or(combinations <= kExhaustiveLimit ? Strategy::Exhaustive : Strategy::Mixed);
+    check(strategy != Strategy::Exhaustive || !routes.empty() || combinations <= kExhaustiveLimit,
+          "--strategy exhaustive: the default search space has " + std::to_string(static_cast<long long>(combinations)) +
+              " routes; give --expr to narrow it, or use greedy or mixed");
     result.strategy = strategyName(strategy);
     Golden golden = loadGolden(model, o);
     result.golden_source = golden.source;
@@ -212,7 +232,6 @@ TuneResult tune(const TunerOptions& o) {
     const size_t total = strategy == Strategy::Exhaustive ? routes.size() + 1 : 0;
     Evaluate evaluate = [&](const BuildRoute& r) { return search.evaluate(r, total); };
     if (evaluate(def)) {  // the baseline is always measured first
-        const Domain domain = domainOf(routes, Builder::space());
         if (strategy == Strategy::Exhaustive) searchExhaustive(routes, evaluate);
         else if (strategy == Strategy::Greedy) searchGreedy(domain, Builder::space(), evaluate);
         else searchMixed(domain, Builder::space(), evaluate);

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "engine/builder.h"
+#include "engine/tactic_selection.h"
 #include "onnx_import/importer.h"
 #include "onnx_import/tensor_proto.h"
 #include "runtime/context.h"
@@ -148,4 +150,29 @@ TEST(ExecutionContext, ShapeProfileBoundsInputs) {
     EXPECT_EQ(ctx.run({{"x", randomTensor({2, 64}, rng)}})[0].dims(), (Dims{2, 10}));
     EXPECT_THROW(ctx.run({{"x", randomTensor({9, 64}, rng)}}), Error);
     EXPECT_THROW(b.setShapeProfile({{"nope", ShapeRange{{1}, {1}, {1}}}}), Error);
+}
+
+TEST(TimingCache, SecondBuildReusesTheTimedTactics) {
+    TempDir dir;
+    const std::string path = (dir / "timing.json").string();
+    // MobileNetV2's depthwise convs have two tactics to time.
+    const std::string mobilenet = std::string(KILN_SHARED_DIR) + "/models/mobilenet_v2/model.onnx";
+    if (!std::filesystem::exists(mobilenet)) GTEST_SKIP() << mobilenet << " not present";
+    Graph model = importOnnxModel(mobilenet);
+    std::map<std::string, std::string> first;
+    {
+        TimingCache cache(path);
+        Builder b(model, "");
+        b.setTimingCache(&cache);
+        first = b.build().tactics;
+        cache.save();
+        EXPECT_EQ(cache.hits(), 0u);
+    }
+    TimingCache again(path);
+    Builder b(model, "");
+    b.setTimingCache(&again);
+    EXPECT_EQ(b.build().tactics, first);
+    EXPECT_GT(again.hits(), 0u);
+    writeFile(path, "not json");
+    EXPECT_THROW(TimingCache{path}, Error);
 }
