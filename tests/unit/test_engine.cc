@@ -160,19 +160,20 @@ TEST(TimingCache, SecondBuildReusesTheTimedTactics) {
     if (!std::filesystem::exists(mobilenet)) GTEST_SKIP() << mobilenet << " not present";
     Graph model = importOnnxModel(mobilenet);
     std::map<std::string, std::string> first;
+    size_t first_hits = 0;  // identical nodes within one model already share a timing
     {
         TimingCache cache(path);
         Builder b(model, "");
         b.setTimingCache(&cache);
         first = b.build().tactics;
         cache.save();
-        EXPECT_EQ(cache.hits(), 0u);
+        first_hits = cache.hits();
     }
     TimingCache again(path);
     Builder b(model, "");
     b.setTimingCache(&again);
     EXPECT_EQ(b.build().tactics, first);
-    EXPECT_GT(again.hits(), 0u);
+    EXPECT_GT(again.hits(), first_hits);  // every timed node now comes from the file
     writeFile(path, "not json");
     EXPECT_THROW(TimingCache{path}, Error);
 }
