@@ -65,8 +65,7 @@ void fuseAttention(Graph& g, const RouteValues& route) {
         added.push_back(att);
         for (int k : matched) erase[k] = true;
     }
-    eraseNodes(g, erase);
-    for (auto& n : added) g.nodes.push_back(std::move(n));
+    replaceNodes(g, erase, added);
 }
 
 }  // namespace

@@ -52,8 +52,7 @@ void fuseConvBiasActivation(Graph& g, const RouteValues& route) {
         erase[i] = true;
         added.push_back(fused);
     }
-    eraseNodes(g, erase);
-    for (auto& n : added) g.nodes.push_back(std::move(n));
+    replaceNodes(g, erase, added);
 }
 
 }  // namespace

@@ -121,8 +121,7 @@ void fuseGelus(Graph& g, const RouteValues& route) {
         added.push_back(gelu);
         for (int k : matched) erase[k] = true;
     }
-    eraseNodes(g, erase);
-    for (auto& n : added) g.nodes.push_back(std::move(n));
+    replaceNodes(g, erase, added);
 }
 
 }  // namespace

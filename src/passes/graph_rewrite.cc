@@ -60,6 +60,12 @@ void eraseNodes(Graph& g, const std::vector<bool>& erase) {
     g.nodes = std::move(kept);
 }
 
+void replaceNodes(Graph& g, const std::vector<bool>& erase, std::vector<Node>& added) {
+    eraseNodes(g, erase);
+    for (auto& n : added) g.nodes.push_back(std::move(n));
+    added.clear();
+}
+
 void replaceUses(Graph& g, const std::string& from, const std::string& to) {
     for (auto& n : g.nodes)
         for (auto& in : n.inputs)

@@ -35,6 +35,8 @@ bool scalarConstant(const Graph& g, const std::string& value, double* out);
 std::string freshName(const Graph& g, const std::string& base);
 // Removes the nodes whose index is flagged.
 void eraseNodes(Graph& g, const std::vector<bool>& erase);
+// Removes the flagged nodes and appends `added` (the usual end of a fusion pass).
+void replaceNodes(Graph& g, const std::vector<bool>& erase, std::vector<Node>& added);
 // Replaces every use of value `from` (node inputs) with `to`.
 void replaceUses(Graph& g, const std::string& from, const std::string& to);
 // The other input of a binary node given one of them; "" if `known` is not an input.

@@ -92,8 +92,7 @@ void fuseLayerNorms(Graph& g, const RouteValues& route) {
         added.push_back(ln);
         for (int k : m.matched) erase[k] = true;
     }
-    eraseNodes(g, erase);
-    for (auto& n : added) g.nodes.push_back(std::move(n));
+    replaceNodes(g, erase, added);
 }
 
 }  // namespace

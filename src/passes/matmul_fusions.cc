@@ -55,8 +55,7 @@ void fuseHorizontalMatMuls(Graph& g, const RouteValues& route) {
         added.push_back(split);
     }
     if (added.empty()) return;
-    eraseNodes(g, erase);
-    for (auto& n : added) g.nodes.push_back(std::move(n));
+    replaceNodes(g, erase, added);
     // Split takes its sizes as an input from opset 13; older graphs keep the attribute form.
     if (g.opset < 13)
         for (auto& n : g.nodes)
@@ -109,8 +108,7 @@ void fuseGemmBiasActivation(Graph& g, const RouteValues& route) {
         absorbActivation(g, index, fused, erase);
         added.push_back(fused);
     }
-    eraseNodes(g, erase);
-    for (auto& n : added) g.nodes.push_back(std::move(n));
+    replaceNodes(g, erase, added);
 }
 
 }  // namespace

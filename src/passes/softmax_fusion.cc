@@ -50,8 +50,7 @@ void fuseSoftmax(Graph& g, const RouteValues& route) {
         added.push_back(sm);
         for (int k : matched) erase[k] = true;
     }
-    eraseNodes(g, erase);
-    for (auto& n : added) g.nodes.push_back(std::move(n));
+    replaceNodes(g, erase, added);
 }
 
 }  // namespace
