@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -21,44 +23,149 @@ namespace kiln {
 namespace {
 const char* kOutcomeNames[] = {"ok", "build_error", "crash", "timeout", "accuracy_fail"};
 
-// Runs in the child: build, check accuracy, time. Returns the JSON result text.
-std::string evaluateInChild(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
-                            const AccuracyCriterion& accuracy, const MeasurePolicy& policy) {
-    nlohmann::json j;
-    Engine engine;
+// In a child: builds the route and checks it against the golden data. Returns "" and sets
+// *engine when it passes, else the JSON result that ends the candidate.
+std::string buildAndValidate(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
+                             const AccuracyCriterion& accuracy, Engine* engine) {
     try {
         Builder b(model, model_hash);
         b.setBuildRoute(route);
-        engine = b.build();
+        *engine = b.build();
     } catch (const std::exception& e) {
         return nlohmann::json{{"outcome", "build_error"}, {"message", e.what()}}.dump();
     }
     try {
-        ExecutionContext ctx(engine);
+        ExecutionContext ctx(*engine);
         auto outputs = ctx.run(golden.inputs);
         check(outputs.size() == golden.outputs.size(), "the engine has " + std::to_string(outputs.size()) + " outputs, the golden data " + std::to_string(golden.outputs.size()));
-        double worst = 0;
         for (size_t i = 0; i < outputs.size(); ++i) {
-            const std::string& name = engine.graph.outputs[i].name;
+            const std::string& name = engine->graph.outputs[i].name;
             const Tolerance& tol = accuracy.forOutput(name);
             const double v = tol.measure(outputs[i], golden.outputs[i], name);
-            worst = i == 0 ? v : tol.worstOf(worst, v);
             if (!tol.passes(v))
                 return nlohmann::json{{"outcome", "accuracy_fail"}, {"error", v},
                                       {"message", "output " + name + ": " + tol.metric + " " + std::to_string(v) + " misses the tolerance " + tol.text()}}.dump();
         }
-        for (int i = 0; i < policy.warmup; ++i) ctx.run(golden.inputs);
+    } catch (const std::exception& e) {
+        return nlohmann::json{{"outcome", "crash"}, {"message", std::string("run failed: ") + e.what()}}.dump();
+    }
+    return "";
+}
+
+// In a child: warm-up and timed runs of a validated engine.
+std::string timeEngine(const Engine& engine, const Golden& golden, const MeasurePolicy& policy) {
+    try {
+        ExecutionContext ctx(engine);
+        for (int i = 0; i < policy.warmup + 1; ++i) ctx.run(golden.inputs);  // +1: the first run plans the arena
         std::vector<double> samples;
         for (int i = 0; i < policy.iterations; ++i) {
             auto t0 = std::chrono::steady_clock::now();
             ctx.run(golden.inputs);
             samples.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         }
-        return nlohmann::json{{"outcome", "ok"}, {"error", worst}, {"samples_ms", samples}}.dump();
+        return nlohmann::json{{"outcome", "ok"}, {"samples_ms", samples}}.dump();
     } catch (const std::exception& e) {
         return nlohmann::json{{"outcome", "crash"}, {"message", std::string("run failed: ") + e.what()}}.dump();
     }
 }
+
+std::string evaluateInChild(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
+                            const AccuracyCriterion& accuracy, const MeasurePolicy& policy) {
+    Engine engine;
+    std::string failed = buildAndValidate(model, model_hash, route, golden, accuracy, &engine);
+    return failed.empty() ? timeEngine(engine, golden, policy) : failed;
+}
+
+// A forked child whose result arrives as text on a pipe.
+struct Child {
+    pid_t pid = -1;
+    int fd = -1;
+    std::chrono::steady_clock::time_point deadline;
+    std::string text;
+};
+
+Child spawn(const std::function<std::string()>& work, double timeout_s) {
+    int fds[2];
+    check(pipe(fds) == 0, "cannot create a pipe for the candidate process");
+    Child c;
+    c.pid = fork();
+    check(c.pid >= 0, "cannot fork a candidate process");
+    if (c.pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed tuner takes its candidate with it
+        if (getppid() == 1) _exit(1);      // the tuner died before prctl took effect
+        close(fds[0]);
+        std::string out = work();
+        for (size_t done = 0; done < out.size();) {
+            ssize_t n = write(fds[1], out.data() + done, out.size() - done);
+            if (n <= 0) break;
+            done += static_cast<size_t>(n);
+        }
+        close(fds[1]);
+        _exit(0);
+    }
+    close(fds[1]);
+    c.fd = fds[0];
+    c.deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s));
+    return c;
+}
+
+// Waits for children (reading their pipes together), kills those past their deadline and
+// turns each into a result: the child's JSON, or timeout / crash.
+void collect(std::vector<Child>& children, std::vector<CandidateResult>& results, double timeout_s) {
+    std::vector<bool> open(children.size(), true), timed_out(children.size(), false);
+    char buf[65536];
+    while (std::find(open.begin(), open.end(), true) != open.end()) {
+        std::vector<pollfd> fds;
+        std::vector<size_t> which;
+        const auto now = std::chrono::steady_clock::now();
+        for (size_t i = 0; i < children.size(); ++i) {
+            if (!open[i]) continue;
+            if (now >= children[i].deadline) {
+                timed_out[i] = true;
+                open[i] = false;
+                continue;
+            }
+            fds.push_back({children[i].fd, POLLIN, 0});
+            which.push_back(i);
+        }
+        if (fds.empty()) break;
+        if (poll(fds.data(), fds.size(), 200) <= 0) continue;
+        for (size_t k = 0; k < fds.size(); ++k) {
+            if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            ssize_t n = read(fds[k].fd, buf, sizeof buf);
+            if (n <= 0) open[which[k]] = false;  // EOF: finished or died
+            else children[which[k]].text.append(buf, static_cast<size_t>(n));
+        }
+    }
+    for (size_t i = 0; i < children.size(); ++i) {
+        Child& c = children[i];
+        close(c.fd);
+        if (timed_out[i]) kill(c.pid, SIGKILL);
+        int status = 0;
+        waitpid(c.pid, &status, 0);
+        CandidateResult& r = results[i];
+        if (timed_out[i]) {
+            r.outcome = Outcome::Timeout;
+            r.message = "exceeded " + std::to_string(timeout_s) + " s";
+        } else if (WIFSIGNALED(status)) {
+            r.outcome = Outcome::Crash;
+            r.message = std::string("killed by signal ") + strsignal(WTERMSIG(status));
+        } else {
+            try {
+                auto j = nlohmann::json::parse(c.text);
+                r.outcome = parseOutcome(j.at("outcome"));
+                r.message = j.value("message", "");
+                r.error = j.value("error", 0.0);
+                if (j.contains("samples_ms")) r.samples_ms = j["samples_ms"].get<std::vector<double>>();
+            } catch (const std::exception&) {
+                r.outcome = Outcome::Crash;
+                r.message = "the candidate process exited without a result";
+            }
+        }
+        summarizeSamples(r);
+    }
+}
+
 }  // namespace
 
 std::string outcomeName(Outcome o) { return kOutcomeNames[static_cast<int>(o)]; }
@@ -149,69 +256,51 @@ void summarizeSamples(CandidateResult& r) {
 
 CandidateResult evaluateCandidate(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
                                   const AccuracyCriterion& tolerance, const MeasurePolicy& policy) {
-    CandidateResult r;
-    r.route = route.text();
-    r.route_hash = route.hash();
-    int fds[2];
-    check(pipe(fds) == 0, "cannot create a pipe for the candidate process");
-    const pid_t pid = fork();
-    check(pid >= 0, "cannot fork a candidate process");
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed tuner takes its candidate with it
-        if (getppid() == 1) _exit(1);      // the tuner died before prctl took effect
-        close(fds[0]);
-        std::string out = evaluateInChild(model, model_hash, route, golden, tolerance, policy);
-        for (size_t done = 0; done < out.size();) {
-            ssize_t n = write(fds[1], out.data() + done, out.size() - done);
-            if (n <= 0) break;
-            done += static_cast<size_t>(n);
+    std::vector<Child> child = {spawn([&] { return evaluateInChild(model, model_hash, route, golden, tolerance, policy); }, policy.timeout_s)};
+    std::vector<CandidateResult> result(1);
+    result[0].route = route.text();
+    result[0].route_hash = route.hash();
+    collect(child, result, policy.timeout_s);
+    return result[0];
+}
+
+std::vector<PreparedCandidate> prepareCandidates(const Graph& model, const std::string& model_hash, const std::vector<BuildRoute>& routes, const Golden& golden,
+                                                 const AccuracyCriterion& accuracy, const MeasurePolicy& policy, size_t jobs, const std::string& work_dir) {
+    std::vector<PreparedCandidate> out(routes.size());
+    for (size_t start = 0; start < routes.size(); start += std::max<size_t>(jobs, 1)) {
+        const size_t end = std::min(routes.size(), start + std::max<size_t>(jobs, 1));
+        std::vector<Child> children;
+        std::vector<CandidateResult> results(end - start);
+        for (size_t i = start; i < end; ++i) {
+            out[i].engine_path = work_dir + "/" + routes[i].hash() + ".engine";
+            const std::string path = out[i].engine_path;
+            results[i - start].route = routes[i].text();
+            results[i - start].route_hash = routes[i].hash();
+            children.push_back(spawn(
+                [&, i, path] {
+                    Engine engine;
+                    std::string failed = buildAndValidate(model, model_hash, routes[i], golden, accuracy, &engine);
+                    if (!failed.empty()) return failed;
+                    writeEngine(engine, path);
+                    return nlohmann::json{{"outcome", "ok"}}.dump();  // validated; timing comes later, alone
+                },
+                policy.timeout_s));
         }
-        close(fds[1]);
-        _exit(0);
+        collect(children, results, policy.timeout_s);
+        for (size_t i = start; i < end; ++i) out[i].result = results[i - start];
     }
-    close(fds[1]);
-    std::string text;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(policy.timeout_s);
-    bool timed_out = false;
-    char buf[65536];
-    while (true) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-        if (left <= 0) {
-            timed_out = true;
-            break;
-        }
-        pollfd p{fds[0], POLLIN, 0};
-        if (poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000))) <= 0) continue;
-        ssize_t n = read(fds[0], buf, sizeof buf);
-        if (n <= 0) break;  // EOF: the child finished or died
-        text.append(buf, static_cast<size_t>(n));
-    }
-    close(fds[0]);
-    if (timed_out) kill(pid, SIGKILL);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (timed_out) {
-        r.outcome = Outcome::Timeout;
-        r.message = "exceeded " + std::to_string(policy.timeout_s) + " s";
-        return r;
-    }
-    if (WIFSIGNALED(status)) {
-        r.outcome = Outcome::Crash;
-        r.message = std::string("killed by signal ") + strsignal(WTERMSIG(status));
-        return r;
-    }
-    try {
-        auto j = nlohmann::json::parse(text);
-        r.outcome = parseOutcome(j.at("outcome"));
-        r.message = j.value("message", "");
-        r.error = j.value("error", 0.0);
-        if (j.contains("samples_ms")) r.samples_ms = j["samples_ms"].get<std::vector<double>>();
-    } catch (const std::exception&) {
-        r.outcome = Outcome::Crash;
-        r.message = "the candidate process exited without a result";
-    }
-    summarizeSamples(r);
-    return r;
+    return out;
+}
+
+CandidateResult measurePrepared(const PreparedCandidate& p, const Golden& golden, const MeasurePolicy& policy) {
+    CandidateResult r = p.result;
+    if (r.outcome != Outcome::Ok) return r;
+    std::vector<Child> child = {spawn([&] { return timeEngine(readEngine(p.engine_path), golden, policy); }, policy.timeout_s)};
+    std::vector<CandidateResult> result = {r};
+    collect(child, result, policy.timeout_s);
+    std::error_code ec;
+    std::filesystem::remove(p.engine_path, ec);
+    return result[0];
 }
 
 }  // namespace kiln

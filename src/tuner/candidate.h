@@ -65,6 +65,16 @@ struct CandidateResult {
 CandidateResult evaluateCandidate(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
                                   const AccuracyCriterion& accuracy, const MeasurePolicy& policy);
 
+// Parallel builds (--jobs): children build and validate up to `jobs` routes at a time and
+// leave each passing engine in `work_dir`; measurePrepared then times them one at a time.
+struct PreparedCandidate {
+    CandidateResult result;  // final unless outcome is ok (then only validated)
+    std::string engine_path;
+};
+std::vector<PreparedCandidate> prepareCandidates(const Graph& model, const std::string& model_hash, const std::vector<BuildRoute>& routes, const Golden& golden,
+                                                 const AccuracyCriterion& accuracy, const MeasurePolicy& policy, size_t jobs, const std::string& work_dir);
+CandidateResult measurePrepared(const PreparedCandidate& prepared, const Golden& golden, const MeasurePolicy& policy);
+
 // Median and relative spread of samples.
 void summarizeSamples(CandidateResult& r);
 

@@ -33,23 +33,40 @@ Strategy parseStrategy(const std::string& name) {
 std::string strategyName(Strategy s) { return s == Strategy::Exhaustive ? "exhaustive" : (s == Strategy::Greedy ? "greedy" : "mixed"); }
 
 void searchExhaustive(const std::vector<BuildRoute>& routes, const Evaluate& evaluate) {
-    for (const auto& r : routes)
-        if (!evaluate(r)) return;
+    constexpr size_t kChunk = 16;
+    for (size_t start = 0; start < routes.size(); start += kChunk) {
+        const size_t end = std::min(routes.size(), start + kChunk);
+        evaluate.prefetch(std::vector<BuildRoute>(routes.begin() + static_cast<long>(start), routes.begin() + static_cast<long>(end)));
+        for (size_t i = start; i < end; ++i)
+            if (!evaluate.evaluate(routes[i])) return;
+    }
 }
+
+namespace {
+// The routes that change `name` of `base` to each of its other values.
+std::vector<BuildRoute> variations(const BuildRoute& base, const std::string& name, const std::vector<std::string>& values, const ParameterSpace& space) {
+    std::vector<BuildRoute> out;
+    for (const auto& v : values)
+        if (v != base.get(name)) {
+            BuildRoute trial = base;
+            trial.set(name, v, space);
+            out.push_back(trial);
+        }
+    return out;
+}
+}  // namespace
 
 void searchGreedy(const Domain& domain, const ParameterSpace& space, const Evaluate& evaluate) {
     BuildRoute current = BuildRoute::defaults(space);
-    const CandidateResult* base = evaluate(current);
+    const CandidateResult* base = evaluate.evaluate(current);
     if (!base) return;
     double best = base->outcome == Outcome::Ok ? base->median_ms : 0;
     for (int pass = 0; pass < 2; ++pass)
         for (const auto& [name, values] : domain) {
-            BuildRoute keep = current;
-            for (const auto& v : values) {
-                if (v == keep.get(name)) continue;
-                BuildRoute trial = keep;
-                trial.set(name, v, space);
-                const CandidateResult* r = evaluate(trial);
+            const auto trials = variations(current, name, values, space);  // all from the same base
+            evaluate.prefetch(trials);
+            for (const auto& trial : trials) {
+                const CandidateResult* r = evaluate.evaluate(trial);
                 if (!r) return;
                 if (faster(r, best)) {
                     best = r->median_ms;
@@ -61,19 +78,18 @@ void searchGreedy(const Domain& domain, const ParameterSpace& space, const Evalu
 
 void searchMixed(const Domain& domain, const ParameterSpace& space, const Evaluate& evaluate) {
     const BuildRoute def = BuildRoute::defaults(space);
-    const CandidateResult* base = evaluate(def);
+    const CandidateResult* base = evaluate.evaluate(def);
     if (!base) return;
     const double base_ms = base->outcome == Outcome::Ok ? base->median_ms : 0;
     Domain winners;  // phase 2 domain: default plus the values that beat it
     for (const auto& [name, values] : domain) {
         std::vector<std::string> keep = {def.get(name)};
-        for (const auto& v : values) {
-            if (v == def.get(name)) continue;
-            BuildRoute trial = def;
-            trial.set(name, v, space);
-            const CandidateResult* r = evaluate(trial);
+        const auto trials = variations(def, name, values, space);
+        evaluate.prefetch(trials);
+        for (const auto& trial : trials) {
+            const CandidateResult* r = evaluate.evaluate(trial);
             if (!r) return;
-            if (faster(r, base_ms)) keep.push_back(v);
+            if (faster(r, base_ms)) keep.push_back(trial.get(name));
         }
         if (keep.size() > 1) winners.emplace_back(name, keep);
     }

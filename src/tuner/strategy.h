@@ -12,8 +12,13 @@
 
 namespace kiln {
 
-// Returns the candidate's result, or nullptr once the budget is spent.
-using Evaluate = std::function<const CandidateResult*(const BuildRoute&)>;
+// evaluate: the candidate's result, or nullptr once the budget is spent.
+// prefetch: a hint that these routes come next (lets --jobs build them in parallel).
+struct Evaluator {
+    std::function<const CandidateResult*(const BuildRoute&)> evaluate;
+    std::function<void(const std::vector<BuildRoute>&)> prefetch = [](const std::vector<BuildRoute>&) {};
+};
+using Evaluate = Evaluator;
 
 // The parameters a set of routes varies, with the values each takes (first-seen order).
 using Domain = std::vector<std::pair<std::string, std::vector<std::string>>>;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <random>
+#include <unistd.h>
 
 #include "onnx_import/importer.h"
 #include "onnx_import/tensor_proto.h"
@@ -80,11 +81,17 @@ public:
             r = *hit;
             ++result_.from_cache;
         } else {
-            if (budgetSpent()) {
+            auto prepared = prepared_.find(hash);
+            if (budgetSpent() && prepared == prepared_.end()) {
                 result_.budget_exhausted = true;
                 return nullptr;
             }
-            r = measure(route);
+            if (prepared != prepared_.end()) {
+                r = measurePrepared(prepared->second, golden_, o_.policy);
+                prepared_.erase(prepared);
+            } else {
+                r = measure(route);
+            }
             cache_.append(r);
             ++new_candidates_;
         }
@@ -93,6 +100,27 @@ public:
         result_.candidates.push_back(r);
         if (o_.progress) o_.progress(result_.candidates.size(), expected_total, r, best_);
         return &result_.candidates.back();
+    }
+
+    // Builds and validates upcoming routes in parallel children (--jobs), within the budget.
+    void prefetch(const std::vector<BuildRoute>& routes) {
+        if (o_.jobs <= 1 || o_.evaluate_override) return;
+        std::vector<BuildRoute> todo;
+        for (const auto& r : routes) {
+            const std::string h = r.hash();
+            if (seen_.count(h) || cache_.find(h) || prepared_.count(h)) continue;
+            if (o_.budget.candidates && new_candidates_ + prepared_.size() + todo.size() >= o_.budget.candidates) break;
+            todo.push_back(r);
+        }
+        if (todo.empty() || budgetSpent()) return;
+        std::filesystem::create_directories(work_dir_);
+        auto done = prepareCandidates(model_, model_hash_, todo, golden_, o_.tolerance, o_.policy, o_.jobs, work_dir_.string());
+        for (size_t i = 0; i < todo.size(); ++i) prepared_[todo[i].hash()] = done[i];
+    }
+
+    ~Search() {
+        std::error_code ec;
+        std::filesystem::remove_all(work_dir_, ec);
     }
 
     // A finalist's samples for one re-measurement round, cached under their own key so a
@@ -124,6 +152,8 @@ private:
     TuningCache cache_;
     std::chrono::steady_clock::time_point start_;
     std::map<std::string, size_t> seen_;
+    std::map<std::string, PreparedCandidate> prepared_;
+    fs::path work_dir_ = fs::temp_directory_path() / ("kiln-tune-" + std::to_string(getpid()));
     size_t new_candidates_ = 0;
     double best_ = 0;
 };
@@ -230,8 +260,8 @@ TuneResult tune(const TunerOptions& o) {
     Search search(o, result, model, modelFileHash(o.model_path), golden);
     const BuildRoute def = BuildRoute::defaults(Builder::space());
     const size_t total = strategy == Strategy::Exhaustive ? routes.size() + 1 : 0;
-    Evaluate evaluate = [&](const BuildRoute& r) { return search.evaluate(r, total); };
-    if (evaluate(def)) {  // the baseline is always measured first
+    Evaluator evaluate{[&](const BuildRoute& r) { return search.evaluate(r, total); }, [&](const std::vector<BuildRoute>& r) { search.prefetch(r); }};
+    if (evaluate.evaluate(def)) {  // the baseline is always measured first
         if (strategy == Strategy::Exhaustive) searchExhaustive(routes, evaluate);
         else if (strategy == Strategy::Greedy) searchGreedy(domain, Builder::space(), evaluate);
         else searchMixed(domain, Builder::space(), evaluate);

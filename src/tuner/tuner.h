@@ -31,6 +31,7 @@ struct TunerOptions {
     std::string cache_path;
     bool resume = false;              // --continue
     Budget budget;
+    size_t jobs = 1;                  // candidates built and validated in parallel (timing stays one at a time)
     double min_gain = 0.03;
     size_t finalists = 5;
     int rounds = 3;

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -57,6 +60,24 @@ TEST(Tuner, CrashHangBuildErrorAndWrongNumbersAreRecordedAndTheSearchGoesOn) {
     for (const auto& l : cacheLines((dir / "cache.jsonl").string()))
         if (l.find("\"accuracy_fail\"") != std::string::npos) saw_accuracy_line = l.find("\"error\":0.5") != std::string::npos;
     EXPECT_TRUE(saw_accuracy_line);
+}
+
+TEST(Tuner, ParallelBuildsGiveTheSameOutcomes) {
+    TempDir dir;
+    TunerOptions o = options("debug.fault=[none,build_error,crash,hang,wrong] opt.dce=[on,off]", (dir / "cache.jsonl").string());
+    o.jobs = 3;
+    TuneResult r = tune(o);
+    ASSERT_EQ(r.candidates.size(), 10u);
+    std::map<std::string, int> outcomes;
+    for (const auto& c : r.candidates) ++outcomes[outcomeName(c.outcome)];
+    EXPECT_EQ(outcomes["ok"], 2);
+    EXPECT_EQ(outcomes["build_error"], 2);
+    EXPECT_EQ(outcomes["crash"], 2);
+    EXPECT_EQ(outcomes["timeout"], 2);
+    EXPECT_EQ(outcomes["accuracy_fail"], 2);
+    for (const auto& c : r.candidates)
+        if (c.outcome == Outcome::Ok) EXPECT_EQ(c.samples_ms.size(), 3u);  // timed after the parallel build
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::temp_directory_path() / ("kiln-tune-" + std::to_string(getpid()))));
 }
 
 TEST(Tuner, ContinueSkipsCachedCandidatesAndFinishesTheSearch) {
