@@ -112,6 +112,30 @@ TEST(FastBackend, NormAttentionAndChainTacticsMatchReference) {
     expectTacticMatchesReference(chain, "fast");
 }
 
+TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
+    std::mt19937 rng(17);
+    for (int64_t ceil : {0, 1})
+        for (const auto& [k, s, p] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{2, 2, 0}, {3, 2, 1}, {3, 1, 1}, {2, 3, 0}}) {
+            Case c{node("MaxPool"), {randomTensor({2, 3, 9, 10}, rng)}};
+            c.node.attrs.set("kernel_shape", std::vector<int64_t>{k, k});
+            c.node.attrs.set("strides", std::vector<int64_t>{s, s});
+            c.node.attrs.set("pads", std::vector<int64_t>{p, p, p, p});
+            c.node.attrs.set("ceil_mode", ceil);
+            expectTacticMatchesReference(c, "fast");
+        }
+    for (const auto& perm : std::vector<std::vector<int64_t>>{{0, 2, 1, 3}, {0, 2, 3, 1}, {3, 2, 1, 0}, {1, 0}}) {
+        Case c{node("Transpose"), {randomTensor(perm.size() == 2 ? Dims{5, 7} : Dims{2, 3, 4, 5}, rng)}};
+        c.node.attrs.set("perm", perm);
+        expectTacticMatchesReference(c, "fast");
+    }
+    Case chain{node("ElementwiseChain", "kiln"), {randomTensor({4, 6}, rng, 0.5, 2)}};
+    chain.node.attrs.set("ops", std::vector<std::string>{"Erf", "Exp", "Sqrt", "Reciprocal", "Neg", "Abs", "Log"});
+    chain.node.attrs.set("operand", std::vector<int64_t>(7, -1));
+    chain.node.attrs.set("swapped", std::vector<int64_t>(7, 0));
+    chain.node.attrs.set("params", std::vector<float>(14, 0.0f));
+    expectTacticMatchesReference(chain, "fast");
+}
+
 TEST(FastBackend, EveryTacticParameterListsReferenceAndAuto) {
     for (const auto& p : tacticParameters()) {
         EXPECT_EQ(p.default_value, "auto") << p.name;

@@ -8,7 +8,8 @@ Activation Activation::fromNode(const Node& n) {
     static const std::pair<const char*, ActKind> names[] = {
         {"none", ActKind::None}, {"Relu", ActKind::Relu}, {"Clip", ActKind::Clip}, {"Sigmoid", ActKind::Sigmoid}, {"Tanh", ActKind::Tanh},
         {"LeakyRelu", ActKind::LeakyRelu}, {"HardSigmoid", ActKind::HardSigmoid}, {"HardSwish", ActKind::HardSwish}, {"Gelu", ActKind::Gelu},
-        {"GeluTanh", ActKind::GeluTanh}, {"Softplus", ActKind::Softplus}};
+        {"GeluTanh", ActKind::GeluTanh}, {"Softplus", ActKind::Softplus}, {"Erf", ActKind::Erf}, {"Exp", ActKind::Exp}, {"Log", ActKind::Log},
+        {"Sqrt", ActKind::Sqrt}, {"Neg", ActKind::Neg}, {"Abs", ActKind::Abs}, {"Reciprocal", ActKind::Reciprocal}};
     Activation act;
     const std::string name = n.attrs.getString("activation", "none");
     bool found = false;

@@ -8,7 +8,8 @@
 
 namespace kiln {
 
-enum class ActKind { None, Relu, Clip, Sigmoid, Tanh, LeakyRelu, HardSigmoid, HardSwish, Gelu, GeluTanh, Softplus };
+// Activations and the other unary steps elementwise chains use.
+enum class ActKind { None, Relu, Clip, Sigmoid, Tanh, LeakyRelu, HardSigmoid, HardSwish, Gelu, GeluTanh, Softplus, Erf, Exp, Log, Sqrt, Neg, Abs, Reciprocal };
 
 struct Activation {
     ActKind kind = ActKind::None;
@@ -30,6 +31,13 @@ inline float activate(const Activation& act, float v) {
         case ActKind::Gelu: return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
         case ActKind::GeluTanh: return 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
         case ActKind::Softplus: return v > 30 ? v : std::log1p(std::exp(v));
+        case ActKind::Erf: return std::erf(v);
+        case ActKind::Exp: return std::exp(v);
+        case ActKind::Log: return std::log(v);
+        case ActKind::Sqrt: return std::sqrt(v);
+        case ActKind::Neg: return -v;
+        case ActKind::Abs: return std::fabs(v);
+        case ActKind::Reciprocal: return 1.0f / v;
     }
     return v;
 }

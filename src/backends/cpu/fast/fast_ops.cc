@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "backends/cpu/fast/epilogue.h"
 #include "backends/cpu/fast/tactics.h"
@@ -190,9 +191,86 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
     return {y};
 }
 
+// MaxPool over 2-D f32 NCHW without dilation or Indices output.
+std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Attributes& a = ctx.attrs();
+    if (x.dtype() != DType::F32 || x.rank() != 4 || ctx.numOutputs() > 1 || a.getInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return fallback(ctx);
+    const auto k = a.getInts("kernel_shape");
+    const auto st = a.getInts("strides", {1, 1});
+    if (k.size() != 2 || st.size() != 2) return fallback(ctx);
+    const int64_t N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
+    SpatialPads pads = resolvePads(ctx, {H, W}, k, st, {1, 1});
+    const bool ceil_mode = a.getInt("ceil_mode", 0) != 0;
+    const std::string auto_pad = a.getString("auto_pad", "NOTSET");
+    int64_t out[2];
+    const int64_t in[2] = {H, W};
+    for (int d = 0; d < 2; ++d) {
+        if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+            out[d] = (in[d] + st[d] - 1) / st[d];
+            continue;
+        }
+        const int64_t span = in[d] + pads.begin[d] + pads.end[d] - k[d];
+        out[d] = (ceil_mode ? (span + st[d] - 1) / st[d] : span / st[d]) + 1;
+        if (ceil_mode && (out[d] - 1) * st[d] >= in[d] + pads.begin[d]) --out[d];
+    }
+    if (out[0] <= 0 || out[1] <= 0) return fallback(ctx);
+    Tensor y = ctx.output(0, DType::F32, {N, C, out[0], out[1]});
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+#pragma omp parallel for schedule(static) if (N * C * out[0] * out[1] > 16384)
+    for (int64_t nc = 0; nc < N * C; ++nc)
+        for (int64_t oh = 0; oh < out[0]; ++oh)
+            for (int64_t ow = 0; ow < out[1]; ++ow) {
+                const int64_t h0 = std::max<int64_t>(oh * st[0] - pads.begin[0], 0), h1 = std::min<int64_t>(oh * st[0] - pads.begin[0] + k[0], H);
+                const int64_t w0 = std::max<int64_t>(ow * st[1] - pads.begin[1], 0), w1 = std::min<int64_t>(ow * st[1] - pads.begin[1] + k[1], W);
+                float m = -INFINITY;
+                for (int64_t h = h0; h < h1; ++h)
+                    for (int64_t w = w0; w < w1; ++w) m = std::fmax(m, px[(nc * H + h) * W + w]);
+                py[(nc * out[0] + oh) * out[1] + ow] = m;
+            }
+    return {y};
+}
+
+// Transpose of 4-byte elements: typed copies with incremental source offsets, and whole
+// rows at a time when the last axis stays last.
+std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const size_t rank = x.rank();
+    auto perm = ctx.attrs().getInts("perm");
+    if (perm.empty())
+        for (int64_t i = static_cast<int64_t>(rank) - 1; i >= 0; --i) perm.push_back(i);
+    if (dtypeSize(x.dtype()) != 4 || perm.size() != rank || rank < 2) return fallback(ctx);
+    for (auto& p : perm) p = normalizeAxis(p, static_cast<int64_t>(rank), ctx);
+    Dims out_dims(rank);
+    for (size_t i = 0; i < rank; ++i) out_dims[i] = x.dims()[perm[i]];
+    Tensor y = ctx.output(0, x.dtype(), out_dims);
+    const Dims in_strides = stridesOf(x.dims());
+    const uint32_t* px = reinterpret_cast<const uint32_t*>(x.raw());
+    uint32_t* py = reinterpret_cast<uint32_t*>(y.raw());
+    const bool rows = perm[rank - 1] == static_cast<int64_t>(rank - 1);
+    const size_t outer_rank = rows ? rank - 1 : rank;
+    const int64_t row = rows ? out_dims[rank - 1] : 1;
+    const int64_t count = y.numel() / std::max<int64_t>(row, 1);
+#pragma omp parallel for schedule(static) if (y.numel() > 65536)
+    for (int64_t i = 0; i < count; ++i) {
+        int64_t rem = i, off = 0;
+        for (int64_t d = static_cast<int64_t>(outer_rank) - 1; d >= 0; --d) {
+            const int64_t idx = rem % out_dims[d];
+            rem /= out_dims[d];
+            off += idx * in_strides[perm[d]];
+        }
+        if (rows) std::memcpy(py + i * row, px + off, static_cast<size_t>(row) * 4);
+        else py[i] = px[off];
+    }
+    return {y};
+}
+
 }  // namespace
 
 void addFastOpTactics(std::vector<Tactic>& t) {
+    t.push_back({"fast", "pool", {"MaxPool"}, any, fastMaxPool});
+    t.push_back({"fast", "data", {"Transpose"}, any, fastTranspose});
     t.push_back({"fast", "norm", {"LayerNormalization", "Softmax"}, any, nullptr});
     t.back().kernel = [](const KernelContext& ctx) { return ctx.node.op_type == "Softmax" ? fastSoftmax(ctx) : fastLayerNorm(ctx); };
     t.push_back({"fast", "attention", {"Attention"}, any, fastAttention});
