@@ -72,7 +72,13 @@ void eliminateIdentities(Graph& g, const RouteValues& route) {
     std::vector<bool> erase(g.nodes.size(), false);
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         const Node& n = g.nodes[i];
-        const bool identity = n.op_type == "Identity" || (n.op_type == "Dropout" && (n.outputs.size() < 2 || n.outputs[1].empty() || index.consumers(n.outputs[1]).empty()));
+        bool identity = n.op_type == "Identity" || (n.op_type == "Dropout" && (n.outputs.size() < 2 || n.outputs[1].empty() || index.consumers(n.outputs[1]).empty()));
+        if (n.op_type == "Cast" && n.hasInput(0)) {  // a Cast to the type the value already has
+            const ValueInfo* vi = g.findValueInfo(n.inputs[0]);
+            const Tensor* c = constantOf(g, n.inputs[0]);
+            const DType from = c ? c->dtype() : (vi ? vi->dtype : DType::Undefined);
+            identity = from != DType::Undefined && n.attrs.getString("to", "") == dtypeName(from);
+        }
         if (!identity || !n.domain.empty() || !n.hasInput(0) || index.isGraphOutput(n.outputs[0])) continue;
         if (n.op_type == "Dropout" && n.outputs.size() > 1 && index.isGraphOutput(n.outputs[1])) continue;
         replaceUses(g, n.outputs[0], n.inputs[0]);
@@ -133,7 +139,7 @@ Pass commonSubexpressionPass() {
     return {"common_subexpression", {{"opt.cse", {"on", "off"}, "on", "common_subexpression", "Merge nodes that compute the same thing from the same inputs"}}, eliminateCommonSubexpressions};
 }
 Pass identityEliminationPass() {
-    return {"identity_elimination", {{"opt.identity_elim", {"on", "off"}, "on", "identity_elimination", "Remove Identity and inference-time Dropout nodes"}}, eliminateIdentities};
+    return {"identity_elimination", {{"opt.identity_elim", {"on", "off"}, "on", "identity_elimination", "Remove Identity, inference-time Dropout and Casts to the same type"}}, eliminateIdentities};
 }
 Pass reshapeChainPass() {
     return {"reshape_chain", {{"opt.reshape_chain", {"on", "off"}, "on", "reshape_chain", "Collapse Reshape/Flatten/Squeeze/Unsqueeze followed by Reshape into one Reshape"}}, foldReshapeChains};

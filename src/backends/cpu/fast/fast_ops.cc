@@ -128,7 +128,8 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
     for (size_t i = 1; i < ctx.numInputs(); ++i) {
         const Tensor& e = ctx.input(i);
         if (e.dtype() != DType::F32) return fallback(ctx);
-        const Dims& d = e.dims();
+        Dims d = e.dims();
+        while (!d.empty() && d.front() == 1) d.erase(d.begin());  // leading ones do not change the layout
         const bool trailing = d.size() <= x.rank() && std::equal(d.rbegin(), d.rend(), x.dims().rbegin());
         if (!trailing && e.numel() != 1) return fallback(ctx);
         period[i] = e.numel();
