@@ -9,6 +9,7 @@
 #include "onnx_import/importer.h"
 #include "route/expression.h"
 #include "tools/commands.h"
+#include "tools/tune_mpi.h"
 #include "tuner/tuner.h"
 
 namespace kiln::tools {
@@ -50,6 +51,16 @@ void execute(TuneCommand& c) {
         for (const auto& r : routes) std::cout << r.hash() << "  " << r.changesText(Builder::space()) << "\n";
         std::cout << routes.size() << " candidate routes (dry run: nothing built)\n";
         return;
+    }
+    std::unique_ptr<MpiTuning> mpi;
+    if (launchedUnderMpi()) {
+        mpi = std::make_unique<MpiTuning>();
+        if (mpi->rank() > 0) {  // a worker: serve candidates, print nothing
+            mpi->serve(o);
+            return;
+        }
+        o.remote_batch = [&](const std::vector<BuildRoute>& routes) { return mpi->dispatch(routes); };
+        if (!c.json) std::cout << "distributed over " << mpi->size() << " MPI ranks: rank 0 coordinates, " << mpi->size() - 1 << " evaluate candidates\n";
     }
     const auto start = std::chrono::steady_clock::now();
     if (isatty(STDERR_FILENO) && !c.json) o.progress = [&](size_t d, size_t t, const CandidateResult&, double best) { printProgress(d, t, best, start); };

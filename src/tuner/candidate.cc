@@ -92,6 +92,7 @@ Child spawn(const std::function<std::string()>& work, double timeout_s) {
     check(c.pid >= 0, "cannot fork a candidate process");
     if (c.pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);  // a killed tuner takes its candidate with it
+        for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) signal(sig, SIG_DFL);  // no inherited crash handlers (e.g. MPI's)
         if (getppid() == 1) _exit(1);      // the tuner died before prctl took effect
         close(fds[0]);
         std::string out = work();
@@ -243,6 +244,27 @@ std::string AccuracyCriterion::text() const {
     std::string s = fallback.text();
     for (const auto& [name, t] : per_output) s += ", " + name + ": " + t.text();
     return s;
+}
+
+std::string candidateToJson(const CandidateResult& r, const std::map<std::string, std::string>& extra) {
+    nlohmann::json j = {{"route_hash", r.route_hash}, {"route", r.route},   {"outcome", outcomeName(r.outcome)}, {"message", r.message},
+                        {"error", r.error},           {"samples_ms", r.samples_ms}, {"measured_by", r.measured_by}};
+    for (const auto& [k, v] : extra) j[k] = v;
+    return j.dump();
+}
+
+CandidateResult candidateFromJson(const std::string& text) {
+    auto j = nlohmann::json::parse(text);
+    CandidateResult r;
+    r.route = j.at("route");
+    r.route_hash = j.at("route_hash");
+    r.outcome = parseOutcome(j.at("outcome"));
+    r.message = j.value("message", "");
+    r.error = j.value("error", 0.0);
+    r.samples_ms = j.value("samples_ms", std::vector<double>{});
+    r.measured_by = j.value("measured_by", "");
+    summarizeSamples(r);
+    return r;
 }
 
 void summarizeSamples(CandidateResult& r) {

@@ -59,7 +59,12 @@ struct CandidateResult {
     std::vector<double> samples_ms;
     double median_ms = 0;
     double spread = 0;       // (p90 - p10) / median of the samples
+    std::string measured_by; // "local", or the MPI rank that built and timed it
 };
+
+// JSON text form (tuning cache lines and MPI messages); fromJson throws on malformed input.
+std::string candidateToJson(const CandidateResult& r, const std::map<std::string, std::string>& extra = {});
+CandidateResult candidateFromJson(const std::string& text);
 
 // Evaluates one route in a forked child. Never throws for a candidate's own failure.
 CandidateResult evaluateCandidate(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,

@@ -37,7 +37,7 @@ nlohmann::json toJson(const TuneResult& r, const TunerOptions& o, const std::str
                         {"candidates", nlohmann::json::array()}, {"finalists", nlohmann::json::array()}, {"effects", nlohmann::json::array()}};
     for (const auto& c : r.candidates)
         j["candidates"].push_back({{"route_hash", c.route_hash}, {"changes", changes(c.route)}, {"outcome", outcomeName(c.outcome)},
-                                   {"median_ms", c.median_ms}, {"spread", c.spread}, {"error", c.error}, {"message", c.message}});
+                                   {"median_ms", c.median_ms}, {"spread", c.spread}, {"error", c.error}, {"message", c.message}, {"measured_by", c.measured_by}});
     for (const auto& f : r.finalists)
         j["finalists"].push_back({{"changes", changes(f.route)}, {"median_ms", f.median_ms}, {"spread", f.spread}, {"samples", f.samples_ms.size()}});
     for (const auto& e : r.effects) j["effects"].push_back({{"parameter", e.parameter}, {"value", e.value}, {"relative_latency", e.relative_latency}});
@@ -151,8 +151,8 @@ void writeTuneReport(const TuneResult& r, const TunerOptions& o, const std::stri
     }
     h(2, "All candidates");
     std::vector<std::vector<std::string>> all;
-    for (const auto& c : r.candidates) all.push_back({changes(c.route), outcomeName(c.outcome), num(c.median_ms), num(c.error), c.message});
-    table({"route", "outcome", "median ms", "error", "note"}, all);
+    for (const auto& c : r.candidates) all.push_back({changes(c.route), outcomeName(c.outcome), num(c.median_ms), num(c.error), c.measured_by, c.message});
+    table({"route", "outcome", "median ms", "error", "measured by", "note"}, all);
     if (html) out << "</body></html>\n";
 }
 

@@ -82,11 +82,15 @@ public:
             ++result_.from_cache;
         } else {
             auto prepared = prepared_.find(hash);
-            if (budgetSpent() && prepared == prepared_.end()) {
+            auto remote = remote_done_.find(hash);
+            if (budgetSpent() && prepared == prepared_.end() && remote == remote_done_.end()) {
                 result_.budget_exhausted = true;
                 return nullptr;
             }
-            if (prepared != prepared_.end()) {
+            if (remote != remote_done_.end()) {
+                r = remote->second;
+                remote_done_.erase(remote);
+            } else if (prepared != prepared_.end()) {
                 r = measurePrepared(prepared->second, golden_, o_.policy);
                 prepared_.erase(prepared);
             } else {
@@ -104,15 +108,20 @@ public:
 
     // Builds and validates upcoming routes in parallel children (--jobs), within the budget.
     void prefetch(const std::vector<BuildRoute>& routes) {
-        if (o_.jobs <= 1 || o_.evaluate_override) return;
+        if ((o_.jobs <= 1 && !o_.remote_batch) || o_.evaluate_override) return;
         std::vector<BuildRoute> todo;
         for (const auto& r : routes) {
             const std::string h = r.hash();
-            if (seen_.count(h) || cache_.find(h) || prepared_.count(h)) continue;
-            if (o_.budget.candidates && new_candidates_ + prepared_.size() + todo.size() >= o_.budget.candidates) break;
+            if (seen_.count(h) || cache_.find(h) || prepared_.count(h) || remote_done_.count(h)) continue;
+            if (o_.budget.candidates && new_candidates_ + prepared_.size() + remote_done_.size() + todo.size() >= o_.budget.candidates) break;
             todo.push_back(r);
         }
         if (todo.empty() || budgetSpent()) return;
+        if (o_.remote_batch) {  // distributed: workers build, validate and time
+            auto results = o_.remote_batch(todo);
+            for (size_t i = 0; i < todo.size() && i < results.size(); ++i) remote_done_[todo[i].hash()] = results[i];
+            return;
+        }
         std::filesystem::create_directories(work_dir_);
         auto done = prepareCandidates(model_, model_hash_, todo, golden_, o_.tolerance, o_.policy, o_.jobs, work_dir_.string());
         for (size_t i = 0; i < todo.size(); ++i) prepared_[todo[i].hash()] = done[i];
@@ -137,7 +146,9 @@ public:
 private:
     CandidateResult measure(const BuildRoute& route) const {
         if (o_.evaluate_override) return o_.evaluate_override(route);
-        return evaluateCandidate(model_, model_hash_, route, golden_, o_.tolerance, o_.policy);
+        CandidateResult r = evaluateCandidate(model_, model_hash_, route, golden_, o_.tolerance, o_.policy);
+        r.measured_by = "local";
+        return r;
     }
     bool budgetSpent() const {
         if (o_.budget.candidates && new_candidates_ >= o_.budget.candidates) return true;
@@ -153,6 +164,7 @@ private:
     std::chrono::steady_clock::time_point start_;
     std::map<std::string, size_t> seen_;
     std::map<std::string, PreparedCandidate> prepared_;
+    std::map<std::string, CandidateResult> remote_done_;
     fs::path work_dir_ = fs::temp_directory_path() / ("kiln-tune-" + std::to_string(getpid()));
     size_t new_candidates_ = 0;
     double best_ = 0;
@@ -175,7 +187,10 @@ void chooseWinner(TuneResult& result, Search& search, const TunerOptions& o) {
             auto s = search.remeasure(f, round);
             f.samples_ms.insert(f.samples_ms.end(), s.begin(), s.end());
         }
-    for (auto& f : finalists) summarizeSamples(f);
+    for (auto& f : finalists) {
+        summarizeSamples(f);
+        f.measured_by = "local (finalist re-measurement)";
+    }
     finalists.erase(std::remove_if(finalists.begin(), finalists.end(), [](const auto& f) { return f.samples_ms.empty(); }), finalists.end());
     check(!finalists.empty(), "every finalist failed when re-measured");
     std::stable_sort(finalists.begin(), finalists.end(), [](const auto& a, const auto& b) { return a.median_ms < b.median_ms; });
@@ -213,6 +228,14 @@ void computeEffects(TuneResult& result) {
 }
 
 }  // namespace
+
+void runTuneWorker(const TunerOptions& o, const std::function<bool(std::string*)>& next, const std::function<void(const CandidateResult&)>& send) {
+    Graph model = importOnnxModel(o.model_path);
+    const std::string model_hash = modelFileHash(o.model_path);
+    Golden golden = loadGolden(model, o);  // same files or the same seed: the same golden data as rank 0
+    std::string route_text;
+    while (next(&route_text)) send(evaluateCandidate(model, model_hash, BuildRoute::parse(route_text, Builder::space()), golden, o.tolerance, o.policy));
+}
 
 Budget Budget::parse(const std::string& text) {
     Budget b;

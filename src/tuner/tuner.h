@@ -38,6 +38,8 @@ struct TunerOptions {
     uint64_t seed = 0;
     // Called after each candidate: (candidates so far, expected total or 0, result, best median so far).
     std::function<void(size_t, size_t, const CandidateResult&, double)> progress;
+    // Evaluates batches of routes elsewhere (MPI workers); results in the routes' order.
+    std::function<std::vector<CandidateResult>(const std::vector<BuildRoute>&)> remote_batch;
     // Replaces the isolated build-and-measure step (tests use it for deterministic timings).
     std::function<CandidateResult(const BuildRoute&)> evaluate_override;
 };
@@ -65,6 +67,11 @@ struct TuneResult {
 };
 
 TuneResult tune(const TunerOptions& options);
+
+// The worker side of a distributed search: loads the model and golden data as `tune`
+// would, then evaluates each route `next` hands out (until it returns false) and passes
+// the result to `send`.
+void runTuneWorker(const TunerOptions& options, const std::function<bool(std::string*)>& next, const std::function<void(const CandidateResult&)>& send);
 
 // Writes the report by the file's extension: .json, .md or .html (with an SVG latency plot).
 void writeTuneReport(const TuneResult& result, const TunerOptions& options, const std::string& path);

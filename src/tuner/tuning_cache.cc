@@ -26,14 +26,7 @@ TuningCache::TuningCache(std::string path, CacheKey key, bool resume) : path_(st
                 ++foreign;
                 continue;
             }
-            CandidateResult r;
-            r.route = j.at("route");
-            r.route_hash = j.at("route_hash");
-            r.outcome = parseOutcome(j.at("outcome"));
-            r.message = j.value("message", "");
-            r.error = j.value("error", 0.0);
-            r.samples_ms = j.value("samples_ms", std::vector<double>{});
-            summarizeSamples(r);
+            CandidateResult r = candidateFromJson(line);
             entries_[r.route_hash] = r;
         } catch (const std::exception&) {
             warnings_.push_back(path_ + ": line " + std::to_string(number) + " is corrupt; skipped");
@@ -50,10 +43,8 @@ const CandidateResult* TuningCache::find(const std::string& route_hash) const {
 void TuningCache::append(const CandidateResult& r) {
     entries_[r.route_hash] = r;
     if (path_.empty()) return;
-    nlohmann::json j = {{"model_hash", key_.model_hash}, {"target", key_.target}, {"kiln_version", key_.kiln_version}, {"route_hash", r.route_hash},
-                        {"route", r.route}, {"outcome", outcomeName(r.outcome)}, {"message", r.message}, {"error", r.error}, {"samples_ms", r.samples_ms}};
     std::ofstream out(path_, std::ios::app);
-    out << j.dump() << "\n";
+    out << candidateToJson(r, {{"model_hash", key_.model_hash}, {"target", key_.target}, {"kiln_version", key_.kiln_version}}) << "\n";
     out.flush();
     check(out.good(), "--tuning-cache: cannot append to " + path_);
 }
