@@ -50,6 +50,8 @@ Dims stridesOf(const Dims& dims) {
 }
 
 Dims broadcastDims(const Dims& a, const Dims& b, const std::string& what) {
+    for (const Dims* d : {&a, &b})
+        for (int64_t v : *d) check(v >= 0, what + ": negative dimension in " + dimsToString(*d));
     size_t rank = std::max(a.size(), b.size());
     Dims out(rank);
     for (size_t i = 0; i < rank; ++i) {

@@ -1,10 +1,15 @@
 #include "onnx_import/importer.h"
 
 #include <onnx/onnx_pb.h>
+#include <onnx/defs/schema.h>
 #include <onnx/shape_inference/implementation.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "onnx_import/tensor_proto.h"
@@ -82,6 +87,41 @@ void convertNodeAttributes(Node& n) {
     n.attrs.set(it->second, std::string(dtypeName(t)));
 }
 
+// Checks a node's input and output counts against its ONNX schema (required inputs must be
+// named), so that no later stage sees a node with missing operands.
+void checkArity(const Node& n, int64_t opset) {
+    const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type, static_cast<int>(std::min<int64_t>(opset, 17)), "");
+    if (!schema) return;
+    const int ins = static_cast<int>(n.inputs.size()), outs = static_cast<int>(n.outputs.size());
+    check(ins >= schema->min_input() && ins <= schema->max_input(), n.describe() + ": has " + std::to_string(ins) + " inputs, the operator takes " +
+                                                                        std::to_string(schema->min_input()) + " to " + std::to_string(schema->max_input()));
+    check(outs >= schema->min_output() && outs <= schema->max_output(), n.describe() + ": has " + std::to_string(outs) + " outputs, the operator produces " +
+                                                                            std::to_string(schema->min_output()) + " to " + std::to_string(schema->max_output()));
+    const auto& formal = schema->inputs();
+    for (int i = 0; i < ins && !formal.empty(); ++i) {
+        const auto& param = formal[static_cast<size_t>(std::min<int>(i, static_cast<int>(formal.size()) - 1))];
+        check(!n.inputs[i].empty() || param.GetOption() == onnx::OpSchema::Optional, n.describe() + ": required input " + std::to_string(i) + " (" + param.GetName() + ") is empty");
+    }
+}
+
+// Attribute values no model may use (ONNX's own shape inference divides by some of them).
+void checkAttributeRanges(const Node& n) {
+    static const std::set<std::string> windowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "ConvInteger", "QLinearConv"};
+    auto positive = [&](const char* name) {
+        for (int64_t v : n.attrs.getInts(name)) check(v > 0, n.describe() + ": attribute '" + name + "' must be positive, got " + std::to_string(v));
+    };
+    if (windowed.count(n.op_type)) {
+        positive("strides");
+        positive("dilations");
+        positive("kernel_shape");
+        for (int64_t v : n.attrs.getInts("pads")) check(v >= 0, n.describe() + ": attribute 'pads' must not be negative, got " + std::to_string(v));
+        for (int64_t v : n.attrs.getInts("output_padding")) check(v >= 0, n.describe() + ": attribute 'output_padding' must not be negative");
+    }
+    for (const char* name : {"group", "blocksize", "size"})
+        if (n.attrs.has(name) && std::holds_alternative<int64_t>(n.attrs.all().at(name)))
+            check(n.attrs.getInt(name) > 0, n.describe() + ": attribute '" + name + "' must be positive, got " + std::to_string(n.attrs.getInt(name)));
+}
+
 Graph convertGraph(const onnx::GraphProto& gp, ImportContext& ctx) {
     Graph g;
     g.name = gp.name();
@@ -108,6 +148,8 @@ Graph convertGraph(const onnx::GraphProto& gp, ImportContext& ctx) {
         }
         for (const auto& a : np.attribute()) n.attrs.set(a.name(), convertAttribute(a, n.describe(), ctx));
         convertNodeAttributes(n);
+        checkArity(n, ctx.opset);
+        checkAttributeRanges(n);
         g.nodes.push_back(std::move(n));
     }
     return g;
@@ -126,13 +168,49 @@ int64_t defaultDomainOpset(const onnx::ModelProto& model, const std::string& fil
 
 // Runs ONNX shape inference and records the result as value_info. Failures are not fatal:
 // the runtime computes shapes itself; inference only annotates.
+//
+// ONNX's inference code can crash on malformed models (division by a zero stride, reads
+// past short attribute lists), so it runs in a forked child that sends back the inferred
+// value infos; if the child dies, the graph simply has no inferred shapes.
 void inferShapes(onnx::ModelProto model, Graph& g) {
-    try {
-        onnx::ShapeInferenceOptions options{false, 0, true};
-        onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), options);
-    } catch (const std::exception&) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    const pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
         return;
     }
+    if (pid == 0) {
+        close(fds[0]);
+        std::string out;
+        try {
+            onnx::ShapeInferenceOptions options{false, 0, true};
+            onnx::shape_inference::InferShapes(model, onnx::OpSchemaRegistry::Instance(), options);
+            onnx::GraphProto inferred;  // only what the parent needs
+            *inferred.mutable_value_info() = model.graph().value_info();
+            *inferred.mutable_output() = model.graph().output();
+            out = inferred.SerializeAsString();
+        } catch (...) {
+        }
+        for (size_t done = 0; done < out.size();) {
+            ssize_t n = write(fds[1], out.data() + done, out.size() - done);
+            if (n <= 0) break;
+            done += static_cast<size_t>(n);
+        }
+        _exit(0);
+    }
+    close(fds[1]);
+    std::string bytes;
+    char buf[65536];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) bytes.append(buf, static_cast<size_t>(n));
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    onnx::GraphProto inferred;
+    if (!WIFEXITED(status) || bytes.empty() || !inferred.ParseFromString(bytes)) return;
+    model.mutable_graph()->mutable_value_info()->Swap(inferred.mutable_value_info());
+    model.mutable_graph()->mutable_output()->Swap(inferred.mutable_output());
     for (const auto& v : model.graph().value_info()) {
         ValueInfo vi = valueFromProto(v, false);
         if (vi.dtype != DType::Undefined) g.value_info[vi.name] = vi;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <stdexcept>
 
 #include "backends/cpu/fast/tactics.h"
 
@@ -101,7 +102,18 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* pla
             ctx.inputs.push_back(&it->second);
         }
         const auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-        std::vector<Tensor> outs = kernels_[i](ctx);
+        std::vector<Tensor> outs;
+        try {
+            outs = kernels_[i](ctx);
+        } catch (const Error&) {
+            throw;
+        } catch (const std::bad_alloc&) {
+            throw Error(node.describe() + ": out of memory");
+        } catch (const std::length_error&) {
+            throw Error(node.describe() + ": a tensor would be too large (bad shape values?)");
+        } catch (const std::out_of_range& e) {
+            throw Error(node.describe() + ": index out of range (" + e.what() + ")");
+        }
         if (profile_) {
             std::lock_guard<std::mutex> lock(profile_->mutex);
             profile_->ms[profile_by_node_ ? node.name : node.op_type] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -12,6 +12,13 @@ int64_t normalizeAxis(int64_t axis, int64_t rank, const KernelContext& ctx) {
 
 std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims) {
     const size_t rank = out_dims.size();
+    // Every caller relies on this: `in_dims` must broadcast to `out_dims`.
+    check(in_dims.size() <= rank, "cannot broadcast " + dimsToString(in_dims) + " to " + dimsToString(out_dims));
+    for (size_t i = 0; i < in_dims.size(); ++i) {
+        const int64_t in = in_dims[i], out = out_dims[rank - in_dims.size() + i];
+        check(in == out || in == 1, "cannot broadcast " + dimsToString(in_dims) + " to " + dimsToString(out_dims));
+    }
+    for (int64_t d : out_dims) check(d >= 0, "negative dimension in " + dimsToString(out_dims));
     Dims padded(rank, 1);
     for (size_t i = 0; i < in_dims.size(); ++i) padded[rank - in_dims.size() + i] = in_dims[i];
     Dims in_strides = stridesOf(padded);

@@ -273,6 +273,7 @@ std::vector<Tensor> tile(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     auto repeats = ctx.input(1).toInt64Vector();
     ctx.require(repeats.size() == x.rank(), "repeats must have one value per input dim");
+    for (int64_t r : repeats) ctx.require(r >= 0, "repeats must not be negative");
     Dims out_dims = x.dims();
     for (size_t i = 0; i < x.rank(); ++i) out_dims[i] *= repeats[i];
     const Dims in_strides = stridesOf(x.dims());
