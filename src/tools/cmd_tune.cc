@@ -59,7 +59,9 @@ void execute(TuneCommand& c) {
             mpi->serve(o);
             return;
         }
-        o.remote_batch = [&](const std::vector<BuildRoute>& routes) { return mpi->dispatch(routes); };
+        o.remote_batch = [&](const std::vector<BuildRoute>& routes) {
+            return mpi->dispatch(routes, o.policy);
+        };
         if (!c.json) std::cout << "distributed over " << mpi->size() << " MPI ranks: rank 0 coordinates, " << mpi->size() - 1 << " evaluate candidates\n";
     }
     const auto start = std::chrono::steady_clock::now();

@@ -2,7 +2,10 @@
 
 #include <unistd.h>
 
+#include <csignal>
+#include <chrono>
 #include <cstdlib>
+#include <map>
 
 #ifdef KILN_WITH_MPI
 #include <mpi.h>
@@ -51,40 +54,74 @@ MpiTuning::MpiTuning() {
     MPI_Init(nullptr, nullptr);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    dead_.assign(static_cast<size_t>(size_), false);
 }
 
 MpiTuning::~MpiTuning() {
     if (rank_ == 0)
-        for (int r = 1; r < size_; ++r) sendText("", r, kTagStop);
+        for (int r = 1; r < size_; ++r)
+            if (!dead_[static_cast<size_t>(r)]) sendText("", r, kTagStop);
     MPI_Finalize();
 }
 
-std::vector<CandidateResult> MpiTuning::dispatch(const std::vector<BuildRoute>& routes) {
+std::vector<CandidateResult> MpiTuning::dispatch(const std::vector<BuildRoute>& routes, const MeasurePolicy& policy) {
+    using Clock = std::chrono::steady_clock;
     std::vector<CandidateResult> results(routes.size());
-    std::map<std::string, size_t> index;
-    for (size_t i = 0; i < routes.size(); ++i) index[routes[i].hash()] = i;
-    size_t next = 0, pending = 0;
-    for (int worker = 1; worker < size_ && next < routes.size(); ++worker, ++pending) sendText(routes[next++].text(), worker, kTagWork);
-    while (pending > 0) {
+    std::map<int, std::pair<size_t, Clock::time_point>> busy;  // worker -> (route index, sent at)
+    const auto silence = std::chrono::duration<double>(policy.timeout_s + 10.0);
+    size_t next = 0;
+    auto assign = [&](int worker) {
+        if (next >= routes.size()) return;
+        busy[worker] = {next, Clock::now()};
+        sendText(routes[next++].text(), worker, kTagWork);
+    };
+    for (int w = 1; w < size_; ++w)
+        if (!dead_[static_cast<size_t>(w)]) assign(w);
+    while (!busy.empty()) {
+        int ready = 0;
         MPI_Status status;
-        CandidateResult r = candidateFromJson(receiveText(MPI_ANY_SOURCE, kTagResult, &status));
-        --pending;
-        if (auto it = index.find(r.route_hash); it != index.end()) results[it->second] = r;
-        if (next < routes.size()) {  // dynamic: the worker that answered gets the next route
-            sendText(routes[next++].text(), status.MPI_SOURCE, kTagWork);
-            ++pending;
+        MPI_Iprobe(MPI_ANY_SOURCE, kTagResult, MPI_COMM_WORLD, &ready, &status);
+        if (ready) {
+            CandidateResult r = candidateFromJson(receiveText(status.MPI_SOURCE, kTagResult, &status));
+            auto it = busy.find(status.MPI_SOURCE);
+            if (it != busy.end()) {
+                results[it->second.first] = r;
+                busy.erase(it);
+            }
+            assign(status.MPI_SOURCE);
+            continue;
         }
+        for (auto it = busy.begin(); it != busy.end();) {
+            if (Clock::now() - it->second.second < silence) {
+                ++it;
+                continue;
+            }
+            CandidateResult& r = results[it->second.first];  // the candidate in flight is lost
+            r.route = routes[it->second.first].text();
+            r.route_hash = routes[it->second.first].hash();
+            r.outcome = Outcome::Crash;
+            r.message = "MPI rank " + std::to_string(it->first) + " stopped answering (presumed dead); its candidate is lost";
+            r.measured_by = "rank " + std::to_string(it->first);
+            dead_[static_cast<size_t>(it->first)] = true;
+            it = busy.erase(it);
+        }
+        usleep(2000);
     }
-    return results;
+    return results;  // routes from `next` on: no live worker left
 }
 
 void MpiTuning::serve(const TunerOptions& options) {
+    // Fault-injection for the distributed test: KILN_DEBUG_KILL_RANK=R makes rank R die on
+    // receiving its second candidate.
+    const char* kill_rank = std::getenv("KILN_DEBUG_KILL_RANK");
+    int received = 0;
     runTuneWorker(
         options,
         [&](std::string* route) {
             MPI_Status status;
             waitFor(0, MPI_ANY_TAG, &status);
             *route = receiveText(0, status.MPI_TAG, &status);
+            if (status.MPI_TAG == kTagWork && ++received == 2 && kill_rank && std::atoi(kill_rank) == rank_) raise(SIGKILL);
             return status.MPI_TAG == kTagWork;
         },
         [&](const CandidateResult& r) {
@@ -98,7 +135,7 @@ void MpiTuning::serve(const TunerOptions& options) {
 
 MpiTuning::MpiTuning() { throw Error("kiln tune was started under MPI, but this kiln was built without MPI (install libopenmpi-dev and rebuild)"); }
 MpiTuning::~MpiTuning() = default;
-std::vector<CandidateResult> MpiTuning::dispatch(const std::vector<BuildRoute>&) { return {}; }
+std::vector<CandidateResult> MpiTuning::dispatch(const std::vector<BuildRoute>&, const MeasurePolicy&) { return {}; }
 void MpiTuning::serve(const TunerOptions&) {}
 
 #endif

@@ -119,7 +119,8 @@ public:
         if (todo.empty() || budgetSpent()) return;
         if (o_.remote_batch) {  // distributed: workers build, validate and time
             auto results = o_.remote_batch(todo);
-            for (size_t i = 0; i < todo.size() && i < results.size(); ++i) remote_done_[todo[i].hash()] = results[i];
+            for (size_t i = 0; i < todo.size() && i < results.size(); ++i)
+                if (!results[i].route_hash.empty()) remote_done_[todo[i].hash()] = results[i];  // the rest: measured here
             return;
         }
         std::filesystem::create_directories(work_dir_);

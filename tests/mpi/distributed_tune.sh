@@ -32,4 +32,10 @@ cp "$work/single.jsonl" "$work/resume.jsonl"
 diff <(outcomes "$work/single.json") <(outcomes "$work/resume.json")
 [ "$(best "$work/single.json")" = "$(best "$work/resume.json")" ]
 [ "$(wc -l < "$work/resume.jsonl")" = "$(wc -l < "$work/single.jsonl")" ]
+# A worker rank that dies loses only its candidate in flight; the search finishes.
+KILN_DEBUG_KILL_RANK=2 "${mpi[@]}" --enable-recovery -x KILN_DEBUG_KILL_RANK "$kiln" "${args[@]}" --timeout-per-candidate 2 \
+  --tuning-cache "$work/killed.jsonl" --report "$work/killed.json" > /dev/null
+[ "$(grep -c 'stopped answering' "$work/killed.jsonl")" = 1 ]
+[ "$(diff <(outcomes "$work/single.json") <(outcomes "$work/killed.json") | grep -c '^>')" -le 1 ]
+[ "$(best "$work/single.json")" = "$(best "$work/killed.json")" ]
 echo "distributed tuning: 1 passed, 0 failed"
