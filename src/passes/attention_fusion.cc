@@ -56,14 +56,11 @@ void fuseAttention(Graph& g, const RouteValues& route) {
         if (p < 0 || g.nodes[p].op_type != "MatMul" || !index.singleUse(cur)) continue;
         matched.push_back(p);
         const Node& qk = g.nodes[p];
-        bool overlap = false;
-        for (int k : matched) overlap |= erase[k];
-        if (overlap) continue;
+        if (!claimNodes(erase, matched)) continue;
         Node att{freshName(g, sm.name + "_attention"), "Attention", "kiln", {qk.inputs[0], qk.inputs[1], g.nodes[out_mm].inputs[1]}, {g.nodes[out_mm].outputs[0]}, {}};
         if (!mask.empty()) att.inputs.push_back(mask);
         att.attrs.set("scale", static_cast<float>(scale));
         added.push_back(att);
-        for (int k : matched) erase[k] = true;
     }
     replaceNodes(g, erase, added);
 }

@@ -113,13 +113,10 @@ void fuseGelus(Graph& g, const RouteValues& route) {
         matched.insert(a);
         int last = matchTail(g, index, g.nodes[a].outputs[0], x, matched);
         if (last < 0) continue;
-        bool overlap = false;
-        for (int k : matched) overlap |= erase[k];
-        if (overlap) continue;
+        if (!claimNodes(erase, matched)) continue;
         Node gelu{freshName(g, f.name + "_gelu"), "Gelu", "", {x}, {g.nodes[last].outputs[0]}, {}};
         gelu.attrs.set("approximate", std::string(is_erf ? "none" : "tanh"));
         added.push_back(gelu);
-        for (int k : matched) erase[k] = true;
     }
     replaceNodes(g, erase, added);
 }

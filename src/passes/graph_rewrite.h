@@ -35,6 +35,15 @@ bool scalarConstant(const Graph& g, const std::string& value, double* out);
 std::string freshName(const Graph& g, const std::string& base);
 // Removes the nodes whose index is flagged.
 void eraseNodes(Graph& g, const std::vector<bool>& erase);
+// Claims a match's nodes for removal: false (and nothing marked) when another match of the
+// same pass already took one of them, so overlapping matches are never both applied.
+template <typename Indices>
+bool claimNodes(std::vector<bool>& erase, const Indices& matched) {
+    for (int k : matched)
+        if (erase[static_cast<size_t>(k)]) return false;
+    for (int k : matched) erase[static_cast<size_t>(k)] = true;
+    return true;
+}
 // Removes the flagged nodes and appends `added` (the usual end of a fusion pass).
 void replaceNodes(Graph& g, const std::vector<bool>& erase, std::vector<Node>& added);
 // Replaces every use of value `from` (node inputs) with `to`.

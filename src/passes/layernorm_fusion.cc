@@ -85,12 +85,12 @@ void fuseLayerNorms(Graph& g, const RouteValues& route) {
                 m.matched.erase(index.soleConsumer(out));
             }
         }
+        if (!claimNodes(erase, m.matched)) continue;
         Node ln{freshName(g, mean.name + "_layernorm"), "LayerNormalization", "", {x, gamma}, {out}, {}};
         if (!beta.empty()) ln.inputs.push_back(beta);
         ln.attrs.set("axis", int64_t{-1});
         ln.attrs.set("epsilon", static_cast<float>(eps));
         added.push_back(ln);
-        for (int k : m.matched) erase[k] = true;
     }
     replaceNodes(g, erase, added);
 }

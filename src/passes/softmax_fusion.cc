@@ -45,10 +45,10 @@ void fuseSoftmax(Graph& g, const RouteValues& route) {
                 x = g.nodes[p].inputs[0];
             }
         }
+        if (!claimNodes(erase, matched)) continue;
         Node sm{freshName(g, exp.name + "_softmax"), "Softmax", "", {x}, {g.nodes[div].outputs[0]}, {}};
         sm.attrs.set("axis", int64_t{-1});
         added.push_back(sm);
-        for (int k : matched) erase[k] = true;
     }
     replaceNodes(g, erase, added);
 }
