@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -58,9 +60,16 @@ MpiTuning::MpiTuning() {
 }
 
 MpiTuning::~MpiTuning() {
+    // With a dead rank, MPI_Finalize can wait for it forever: the live ranks leave without it
+    // (mpirun --enable-recovery accepts that), after rank 0 has written everything.
+    const bool any_dead = std::find(dead_.begin(), dead_.end(), true) != dead_.end();
     if (rank_ == 0)
         for (int r = 1; r < size_; ++r)
-            if (!dead_[static_cast<size_t>(r)]) sendText("", r, kTagStop);
+            if (!dead_[static_cast<size_t>(r)]) sendText(any_dead ? "abandon" : "", r, kTagStop);
+    if (any_dead || abandon_) {
+        std::fflush(nullptr);
+        _exit(0);
+    }
     MPI_Finalize();
 }
 
@@ -121,6 +130,7 @@ void MpiTuning::serve(const TunerOptions& options) {
             MPI_Status status;
             waitFor(0, MPI_ANY_TAG, &status);
             *route = receiveText(0, status.MPI_TAG, &status);
+            if (status.MPI_TAG == kTagStop && *route == "abandon") abandon_ = true;
             if (status.MPI_TAG == kTagWork && ++received == 2 && kill_rank && std::atoi(kill_rank) == rank_) raise(SIGKILL);
             return status.MPI_TAG == kTagWork;
         },

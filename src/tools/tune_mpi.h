@@ -31,6 +31,7 @@ public:
 private:
     int rank_ = 0, size_ = 1;
     std::vector<bool> dead_;
+    bool abandon_ = false;  // a worker told that a rank died: leave without MPI_Finalize
 };
 
 }  // namespace kiln::tools

@@ -9,8 +9,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 model=$src/models/mlp
 expr='debug.fault=[none,build_error,crash,wrong] opt.dce=[on,off] fusion.gemm_bias_act=[on,off]'
-args=(tune "$model/model.onnx" --golden "$model/test_data_set_0" --expr "$expr" --iterations 3 --warmup 1 --json)
-mpi=(mpirun --allow-run-as-root --oversubscribe -np 3)
+# --min-gain 100: the chosen route must not hinge on timing noise between runs.
+args=(tune "$model/model.onnx" --golden "$model/test_data_set_0" --expr "$expr" --iterations 3 --warmup 1 --min-gain 100 --json)
+mpi=(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 3)
 
 # Outcome per route, sorted: what must agree between the runs (timings may not).
 outcomes() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('\n'.join(sorted(c['route_hash']+' '+c['outcome'] for c in r['candidates'])))" "$1"; }
