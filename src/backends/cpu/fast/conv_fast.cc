@@ -65,7 +65,7 @@ void blockEpilogue(const KernelContext& ctx, const Conv2d& g, Tensor& y, int64_t
     }
     for (int64_t m = m0; m < m0 + mc; ++m) {
         const int64_t off = (n * g.M + m) * P + c0;
-        applyEpilogue(y.data<float>() + off, 1, nc, b ? b->data<float>() + m : nullptr, true, z ? z->data<float>() + off : nullptr, act);
+        applyEpilogueSerial(y.data<float>() + off, 1, nc, b ? b->data<float>() + m : nullptr, true, z ? z->data<float>() + off : nullptr, act);
     }
 }
 
@@ -118,6 +118,46 @@ std::vector<Tensor> gemmConv(const KernelContext& ctx) {
     return {y};
 }
 
+// One output row of a KxK depthwise conv with stride S (no dilation). `rows` holds the K input
+// rows (a zero row where they fall into the padding). Interior columns use a fixed-size tap
+// loop the compiler unrolls and vectorizes across the row; border columns check bounds.
+template <int K, int S>
+void depthwiseRow(float* yr, const float* const* rows, const float* wc, int64_t OW, int64_t W, int64_t pl) {
+    auto border = [&](int64_t ow) {
+        float acc = 0.0f;
+        for (int kh = 0; kh < K; ++kh)
+            for (int kw = 0; kw < K; ++kw) {
+                const int64_t iw = ow * S - pl + kw;
+                if (iw >= 0 && iw < W) acc += wc[kh * K + kw] * rows[kh][iw];
+            }
+        yr[ow] = acc;
+    };
+    const int64_t lo = std::min<int64_t>(OW, (pl + S - 1) / S);
+    const int64_t hi = std::max<int64_t>(lo, std::min<int64_t>(OW, W - K + pl >= 0 ? (W - K + pl) / S + 1 : 0));
+    for (int64_t ow = 0; ow < lo; ++ow) border(ow);
+    for (int64_t ow = lo; ow < hi; ++ow) {
+        float acc = 0.0f;
+        const int64_t base = ow * S - pl;
+#pragma GCC unroll 8
+        for (int kh = 0; kh < K; ++kh)
+#pragma GCC unroll 8
+            for (int kw = 0; kw < K; ++kw) acc += wc[kh * K + kw] * rows[kh][base + kw];
+        yr[ow] = acc;
+    }
+    for (int64_t ow = hi; ow < OW; ++ow) border(ow);
+}
+
+using DepthwiseRowFn = void (*)(float*, const float* const*, const float*, int64_t, int64_t, int64_t);
+
+DepthwiseRowFn specializedDepthwise(const Conv2d& g) {
+    if (g.dh != 1 || g.dw != 1 || g.KH != g.KW || g.sh != g.sw) return nullptr;
+    if (g.KH == 3 && g.sh == 1) return depthwiseRow<3, 1>;
+    if (g.KH == 3 && g.sh == 2) return depthwiseRow<3, 2>;
+    if (g.KH == 5 && g.sh == 1) return depthwiseRow<5, 1>;
+    if (g.KH == 5 && g.sh == 2) return depthwiseRow<5, 2>;
+    return nullptr;
+}
+
 std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
     Conv2d g;
     if (!geometry(ctx, &g) || g.group != g.C || g.M != g.C) return fallback(ctx);
@@ -125,12 +165,31 @@ std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
     const float* w = ctx.input(1).data<float>();
     Tensor y = ctx.output(0, DType::F32, {g.N, g.M, g.OH, g.OW});
     float* py = y.data<float>();
+    const DepthwiseRowFn row_kernel = specializedDepthwise(g);
+    const std::vector<float> zero_row(static_cast<size_t>(g.W), 0.0f);
+    const Tensor* bias = ctx.optionalInput(2);
+    const Tensor* residual = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;
+    const Activation act = ctx.node.op_type == "FusedConv" ? Activation::fromNode(ctx.node) : Activation{};
+    const int64_t plane = g.OH * g.OW;
 #pragma omp parallel for schedule(static)
     for (int64_t nc = 0; nc < g.N * g.C; ++nc) {
         const int64_t c = nc % g.C;
         const float* xc = x + nc * g.H * g.W;
         const float* wc = w + c * g.KH * g.KW;
-        float* yc = py + nc * g.OH * g.OW;
+        float* yc = py + nc * plane;
+        if (row_kernel) {
+            const float* rows[5];
+            for (int64_t oh = 0; oh < g.OH; ++oh) {
+                for (int64_t kh = 0; kh < g.KH; ++kh) {
+                    const int64_t ih = oh * g.sh - g.pt + kh;
+                    rows[kh] = (ih < 0 || ih >= g.H) ? zero_row.data() : xc + ih * g.W;
+                }
+                row_kernel(yc + oh * g.OW, rows, wc, g.OW, g.W, g.pl);
+            }
+            // The epilogue while the channel's plane is still in cache.
+            applyEpilogueSerial(yc, 1, plane, bias ? bias->data<float>() + c : nullptr, true, residual ? residual->data<float>() + nc * plane : nullptr, act);
+            continue;
+        }
         for (int64_t oh = 0; oh < g.OH; ++oh) {
             float* yr = yc + oh * g.OW;
             std::fill(yr, yr + g.OW, 0.0f);
@@ -152,7 +211,8 @@ std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
             }
         }
     }
-    for (int64_t n = 0; n < g.N; ++n) blockEpilogue(ctx, g, y, n, 0, g.M, 0, g.OH * g.OW);
+    if (!row_kernel)
+        for (int64_t n = 0; n < g.N; ++n) blockEpilogue(ctx, g, y, n, 0, g.M, 0, plane);
     return {y};
 }
 

@@ -66,9 +66,19 @@ KILN_CLONES void activateRow(float* y, int64_t n, ActKind kind, float a, float b
 
 }  // namespace
 
+void applyEpilogueSerial(float* y, int64_t rows, int64_t cols, const float* bias, bool bias_per_row, const float* residual, const Activation& act) {
+    if (!bias && !residual && act.kind == ActKind::None) return;
+    for (int64_t r = 0; r < rows; ++r) {
+        float* row = y + r * cols;
+        addRow(row, cols, bias && bias_per_row ? bias[r] : 0.0f, bias && !bias_per_row ? bias : nullptr, residual ? residual + r * cols : nullptr);
+        activateRow(row, cols, act.kind, act.a, act.b);
+    }
+}
+
 void applyEpilogue(float* y, int64_t rows, int64_t cols, const float* bias, bool bias_per_row, const float* residual, const Activation& act) {
     if (!bias && !residual && act.kind == ActKind::None) return;
-#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+    if (rows * cols <= 65536) return applyEpilogueSerial(y, rows, cols, bias, bias_per_row, residual, act);
+#pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
         float* row = y + r * cols;
         addRow(row, cols, bias && bias_per_row ? bias[r] : 0.0f, bias && !bias_per_row ? bias : nullptr, residual ? residual + r * cols : nullptr);

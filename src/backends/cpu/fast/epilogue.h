@@ -44,5 +44,7 @@ inline float activate(const Activation& act, float v) {
 
 // y[r, c] = act(y[r, c] + bias[c or r] + residual[r, c]); bias/residual may be null.
 void applyEpilogue(float* y, int64_t rows, int64_t cols, const float* bias, bool bias_per_row, const float* residual, const Activation& act);
+// The same without OpenMP, for use inside a parallel loop or on small blocks.
+void applyEpilogueSerial(float* y, int64_t rows, int64_t cols, const float* bias, bool bias_per_row, const float* residual, const Activation& act);
 
 }  // namespace kiln
