@@ -128,6 +128,15 @@ TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
         c.node.attrs.set("perm", perm);
         expectTacticMatchesReference(c, "fast");
     }
+    for (const char* op : {"Gelu", "Relu", "Sigmoid", "Tanh", "Erf", "HardSwish", "LeakyRelu"}) {
+        Case act{node(op), {randomTensor({3, 5000}, rng, -4, 4)}};
+        expectTacticMatchesReference(act, "fast");
+    }
+    Case wide{node("Tanh"), {randomTensor({4, 4000}, rng, -20, 20)}};  // past the rational tanh's clamp
+    expectTacticMatchesReference(wide, "fast");
+    Case gelu_tanh{node("Gelu"), {randomTensor({7, 9}, rng, -4, 4)}};
+    gelu_tanh.node.attrs.set("approximate", std::string("tanh"));
+    expectTacticMatchesReference(gelu_tanh, "fast");
     Case chain{node("ElementwiseChain", "kiln"), {randomTensor({4, 6}, rng, 0.5, 2)}};
     chain.node.attrs.set("ops", std::vector<std::string>{"Erf", "Exp", "Sqrt", "Reciprocal", "Neg", "Abs", "Log"});
     chain.node.attrs.set("operand", std::vector<int64_t>(7, -1));

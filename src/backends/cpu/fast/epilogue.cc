@@ -39,8 +39,36 @@ KILN_CLONES void addRow(float* y, int64_t n, float scalar, const float* vec, con
         for (int64_t i = 0; i < n; ++i) y[i] += res[i];
 }
 
+// tanh as a clamped rational function (odd degree-13 numerator, even degree-6 denominator),
+// accurate to about 1e-7 and, unlike tanhf, vectorizable.
+inline float fastTanh(float x) {
+    const float c = 7.90531110763549805f;
+    x = x < -c ? -c : (x > c ? c : x);
+    const float x2 = x * x;
+    float p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
+    p = p * x2 + -8.60467152213735e-11f;
+    p = p * x2 + 5.12229709037114e-08f;
+    p = p * x2 + 1.48572235717979e-05f;
+    p = p * x2 + 6.37261928875436e-04f;
+    p = p * x2 + 4.89352455891786e-03f;
+    p = p * x;
+    float q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
+    q = q * x2 + 2.26843463243900e-03f;
+    q = q * x2 + 4.89352518554385e-03f;
+    return p / q;
+}
+
 KILN_CLONES void activateRow(float* y, int64_t n, ActKind kind, float a, float b) {
     switch (kind) {
+        case ActKind::Tanh:
+            for (int64_t i = 0; i < n; ++i) y[i] = fastTanh(y[i]);
+            return;
+        case ActKind::GeluTanh:
+            for (int64_t i = 0; i < n; ++i) {
+                const float v = y[i];
+                y[i] = 0.5f * v * (1.0f + fastTanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+            }
+            return;
         case ActKind::None: return;
         case ActKind::Relu:
             for (int64_t i = 0; i < n; ++i) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
@@ -68,6 +96,10 @@ KILN_CLONES void activateRow(float* y, int64_t n, ActKind kind, float a, float b
 
 void applyEpilogueSerial(float* y, int64_t rows, int64_t cols, const float* bias, bool bias_per_row, const float* residual, const Activation& act) {
     if (!bias && !residual && act.kind == ActKind::None) return;
+    if (!bias && !residual) {  // activation only: one pass
+        for (int64_t r = 0; r < rows; ++r) activateRow(y + r * cols, cols, act.kind, act.a, act.b);
+        return;
+    }
     for (int64_t r = 0; r < rows; ++r) {
         float* row = y + r * cols;
         addRow(row, cols, bias && bias_per_row ? bias[r] : 0.0f, bias && !bias_per_row ? bias : nullptr, residual ? residual + r * cols : nullptr);

@@ -267,9 +267,34 @@ std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
     return {y};
 }
 
+// Standalone activation ops (Gelu, Relu, Sigmoid, ...) over f32, vectorized in chunks.
+std::vector<Tensor> fastActivation(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() != DType::F32) return fallback(ctx);
+    const Node& n = ctx.node;
+    Activation act;
+    if (n.op_type == "Gelu") act.kind = n.attrs.getString("approximate", "none") == "tanh" ? ActKind::GeluTanh : ActKind::Gelu;
+    else if (n.op_type == "Relu") act.kind = ActKind::Relu;
+    else if (n.op_type == "Sigmoid") act.kind = ActKind::Sigmoid;
+    else if (n.op_type == "Tanh") act.kind = ActKind::Tanh;
+    else if (n.op_type == "Erf") act.kind = ActKind::Erf;
+    else if (n.op_type == "HardSwish") act.kind = ActKind::HardSwish;
+    else if (n.op_type == "LeakyRelu") act = Activation{ActKind::LeakyRelu, n.attrs.getFloat("alpha", 0.01f), 0};
+    else return fallback(ctx);
+    Tensor y = ctx.output(0, DType::F32, x.dims());
+    std::memcpy(y.raw(), x.raw(), x.byteSize());
+    constexpr int64_t kChunk = 8192;
+    const int64_t chunks = (x.numel() + kChunk - 1) / kChunk;
+    float* py = y.data<float>();
+#pragma omp parallel for schedule(static) if (chunks > 4)
+    for (int64_t c = 0; c < chunks; ++c) applyEpilogueSerial(py + c * kChunk, 1, std::min(kChunk, x.numel() - c * kChunk), nullptr, false, nullptr, act);
+    return {y};
+}
+
 }  // namespace
 
 void addFastOpTactics(std::vector<Tactic>& t) {
+    t.push_back({"fast", "elementwise", {"Gelu", "Relu", "Sigmoid", "Tanh", "Erf", "HardSwish", "LeakyRelu"}, any, fastActivation});
     t.push_back({"fast", "pool", {"MaxPool"}, any, fastMaxPool});
     t.push_back({"fast", "data", {"Transpose"}, any, fastTranspose});
     t.push_back({"fast", "norm", {"LayerNormalization", "Softmax"}, any, nullptr});
