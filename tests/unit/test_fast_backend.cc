@@ -123,6 +123,14 @@ TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
             c.node.attrs.set("ceil_mode", ceil);
             expectTacticMatchesReference(c, "fast");
         }
+    for (const Dims& dims : {Dims{2, 3, 8, 8}, Dims{2, 3, 9, 11}}) {  // the 2x2/s2 fast path and odd sizes
+        Case c{node("MaxPool"), {randomTensor(dims, rng)}};
+        c.node.attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
+        c.node.attrs.set("strides", std::vector<int64_t>{2, 2});
+        expectTacticMatchesReference(c, "fast");
+    }
+    Case gap{node("GlobalAveragePool"), {randomTensor({2, 5, 7, 9}, rng)}};
+    expectTacticMatchesReference(gap, "fast");
     for (const auto& perm : std::vector<std::vector<int64_t>>{{0, 2, 1, 3}, {0, 2, 3, 1}, {3, 2, 1, 0}, {1, 0}}) {
         Case c{node("Transpose"), {randomTensor(perm.size() == 2 ? Dims{5, 7} : Dims{2, 3, 4, 5}, rng)}};
         c.node.attrs.set("perm", perm);

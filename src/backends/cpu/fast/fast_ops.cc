@@ -219,6 +219,19 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
     Tensor y = ctx.output(0, DType::F32, {N, C, out[0], out[1]});
     const float* px = x.data<float>();
     float* py = y.data<float>();
+    if (k[0] == 2 && k[1] == 2 && st[0] == 2 && st[1] == 2 && pads.begin[0] == 0 && pads.begin[1] == 0 && out[0] * 2 <= H && out[1] * 2 <= W) {
+        // The common 2x2 / stride-2 window, with no padding inside the image: no bounds checks.
+#pragma omp parallel for schedule(static) if (N * C * out[0] * out[1] > 16384)
+        for (int64_t nc = 0; nc < N * C; ++nc)
+            for (int64_t oh = 0; oh < out[0]; ++oh) {
+                const float* r0 = px + (nc * H + 2 * oh) * W;
+                const float* r1 = r0 + W;
+                float* yr = py + (nc * out[0] + oh) * out[1];
+                for (int64_t ow = 0; ow < out[1]; ++ow)
+                    yr[ow] = std::fmax(std::fmax(r0[2 * ow], r0[2 * ow + 1]), std::fmax(r1[2 * ow], r1[2 * ow + 1]));
+            }
+        return {y};
+    }
 #pragma omp parallel for schedule(static) if (N * C * out[0] * out[1] > 16384)
     for (int64_t nc = 0; nc < N * C; ++nc)
         for (int64_t oh = 0; oh < out[0]; ++oh)
@@ -230,6 +243,27 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
                     for (int64_t w = w0; w < w1; ++w) m = std::fmax(m, px[(nc * H + h) * W + w]);
                 py[(nc * out[0] + oh) * out[1] + ow] = m;
             }
+    return {y};
+}
+
+// GlobalAveragePool over f32: one mean per (n, c) plane.
+std::vector<Tensor> fastGlobalAveragePool(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() != DType::F32 || x.rank() < 3) return fallback(ctx);
+    const int64_t planes = x.dims()[0] * x.dims()[1];
+    const int64_t size = planes ? x.numel() / planes : 0;
+    Dims out_dims(x.rank(), 1);
+    out_dims[0] = x.dims()[0];
+    out_dims[1] = x.dims()[1];
+    Tensor y = ctx.output(0, DType::F32, out_dims);
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+#pragma omp parallel for schedule(static) if (x.numel() > 65536)
+    for (int64_t p = 0; p < planes; ++p) {
+        double sum = 0;  // double: the reference's accuracy on large planes
+        for (int64_t i = 0; i < size; ++i) sum += px[p * size + i];
+        py[p] = static_cast<float>(sum / static_cast<double>(std::max<int64_t>(size, 1)));
+    }
     return {y};
 }
 
@@ -296,6 +330,7 @@ std::vector<Tensor> fastActivation(const KernelContext& ctx) {
 void addFastOpTactics(std::vector<Tactic>& t) {
     t.push_back({"fast", "elementwise", {"Gelu", "Relu", "Sigmoid", "Tanh", "Erf", "HardSwish", "LeakyRelu"}, any, fastActivation});
     t.push_back({"fast", "pool", {"MaxPool"}, any, fastMaxPool});
+    t.push_back({"fast", "pool", {"GlobalAveragePool"}, any, fastGlobalAveragePool});
     t.push_back({"fast", "data", {"Transpose"}, any, fastTranspose});
     t.push_back({"fast", "norm", {"LayerNormalization", "Softmax"}, any, nullptr});
     t.back().kernel = [](const KernelContext& ctx) { return ctx.node.op_type == "Softmax" ? fastSoftmax(ctx) : fastLayerNorm(ctx); };
