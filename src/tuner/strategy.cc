@@ -32,7 +32,7 @@ Strategy parseStrategy(const std::string& name) {
 
 std::string strategyName(Strategy s) { return s == Strategy::Exhaustive ? "exhaustive" : (s == Strategy::Greedy ? "greedy" : "mixed"); }
 
-void searchExhaustive(const std::vector<BuildRoute>& routes, const Evaluate& evaluate) {
+void searchExhaustive(const std::vector<BuildRoute>& routes, const Evaluator& evaluate) {
     constexpr size_t kChunk = 16;
     for (size_t start = 0; start < routes.size(); start += kChunk) {
         const size_t end = std::min(routes.size(), start + kChunk);
@@ -56,7 +56,7 @@ std::vector<BuildRoute> variations(const BuildRoute& base, const std::string& na
 }
 }  // namespace
 
-void searchGreedy(const Domain& domain, const ParameterSpace& space, const Evaluate& evaluate) {
+void searchGreedy(const Domain& domain, const ParameterSpace& space, const Evaluator& evaluate) {
     BuildRoute current = BuildRoute::defaults(space);
     const CandidateResult* base = evaluate.evaluate(current);
     if (!base) return;
@@ -76,7 +76,7 @@ void searchGreedy(const Domain& domain, const ParameterSpace& space, const Evalu
         }
 }
 
-void searchMixed(const Domain& domain, const ParameterSpace& space, const Evaluate& evaluate) {
+void searchMixed(const Domain& domain, const ParameterSpace& space, const Evaluator& evaluate) {
     const BuildRoute def = BuildRoute::defaults(space);
     const CandidateResult* base = evaluate.evaluate(def);
     if (!base) return;

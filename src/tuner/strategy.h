@@ -1,5 +1,5 @@
 // Search strategies over a domain of parameter values. A strategy asks for candidates
-// through `Evaluate` (which answers from the tuning cache when it can) and decides only
+// through an Evaluator (which answers from the tuning cache when it can) and decides only
 // from the answers, so replaying it against a filled cache retraces the same search —
 // which is what makes --continue end with the uninterrupted result.
 #pragma once
@@ -18,7 +18,6 @@ struct Evaluator {
     std::function<const CandidateResult*(const BuildRoute&)> evaluate;
     std::function<void(const std::vector<BuildRoute>&)> prefetch = [](const std::vector<BuildRoute>&) {};
 };
-using Evaluate = Evaluator;
 
 // The parameters a set of routes varies, with the values each takes (first-seen order).
 using Domain = std::vector<std::pair<std::string, std::vector<std::string>>>;
@@ -29,12 +28,12 @@ Strategy parseStrategy(const std::string& name);
 std::string strategyName(Strategy s);
 
 // Every route in order.
-void searchExhaustive(const std::vector<BuildRoute>& routes, const Evaluate& evaluate);
+void searchExhaustive(const std::vector<BuildRoute>& routes, const Evaluator& evaluate);
 // Coordinate descent from the default: for each parameter try each value, keep the fastest
 // accurate one, then a second pass over all parameters.
-void searchGreedy(const Domain& domain, const ParameterSpace& space, const Evaluate& evaluate);
+void searchGreedy(const Domain& domain, const ParameterSpace& space, const Evaluator& evaluate);
 // trtexec's "mixed": a one-at-a-time scan, then the cross product over the parameters whose
 // values beat the default (only accurate candidates count).
-void searchMixed(const Domain& domain, const ParameterSpace& space, const Evaluate& evaluate);
+void searchMixed(const Domain& domain, const ParameterSpace& space, const Evaluator& evaluate);
 
 }  // namespace kiln
