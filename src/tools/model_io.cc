@@ -6,29 +6,13 @@
 #include <sstream>
 
 #include "onnx_import/tensor_proto.h"
+#include "tools/engine_source.h"
 
 namespace kiln::tools {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-Dims parseShape(const std::string& text, const std::string& flag) {
-    Dims dims;
-    std::stringstream ss(text);
-    std::string part;
-    while (std::getline(ss, part, 'x')) {
-        try {
-            size_t used = 0;
-            long long v = std::stoll(part, &used);
-            check(used == part.size() && v >= 0, "");
-            dims.push_back(v);
-        } catch (...) {
-            throw Error("--shapes '" + flag + "': '" + text + "' is not a shape like 1x3x224x224");
-        }
-    }
-    return dims;
-}
 
 Tensor randomTensor(DType dtype, const Dims& dims, std::mt19937_64& rng) {
     Tensor t(dtype, dims);
@@ -88,9 +72,8 @@ TensorMap loadInputs(const Graph& g, const InputOptions& opts) {
     }
     std::map<std::string, Dims> shapes;
     for (const auto& spec : opts.shapes) {
-        auto colon = spec.rfind(':');
-        check(colon != std::string::npos && colon > 0, "--shapes '" + spec + "': expected NAME:DIMS such as input:1x3x224x224");
-        shapes[spec.substr(0, colon)] = parseShape(spec.substr(colon + 1), spec);
+        auto [name, dims] = parseNamedShape(spec, "--shapes");
+        shapes[name] = dims;
     }
     std::mt19937_64 rng(opts.seed);
     for (const auto& vi : declared) {
