@@ -79,6 +79,20 @@ std::string otherInput(const Node& n, const std::string& known) {
     return "";
 }
 
+bool reducesLastAxis(const Graph& g, const Node& n, const std::string& op) {
+    if (n.op_type != op || n.attrs.getInt("keepdims", 1) != 1) return false;
+    std::vector<int64_t> axes = n.attrs.getInts("axes");
+    if (n.hasInput(1)) {
+        const Tensor* t = constantOf(g, n.inputs[1]);
+        if (!t) return false;
+        axes = t->toInt64Vector();
+    }
+    if (axes.size() != 1) return false;
+    if (axes[0] == -1) return true;
+    const ValueInfo* vi = n.inputs.empty() ? nullptr : g.findValueInfo(n.inputs[0]);
+    return vi && vi->shape.rank_known && axes[0] == static_cast<int64_t>(vi->shape.dims.size()) - 1;
+}
+
 bool fusableActivation(const Graph& g, const Node& n, std::string* name, std::vector<float>* params) {
     static const std::set<std::string> plain = {"Relu", "Sigmoid", "Tanh", "HardSwish", "Gelu", "Softplus"};
     if (!n.domain.empty() || n.outputs.size() != 1) return false;

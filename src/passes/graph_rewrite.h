@@ -51,6 +51,10 @@ void replaceUses(Graph& g, const std::string& from, const std::string& to);
 // The other input of a binary node given one of them; "" if `known` is not an input.
 std::string otherInput(const Node& n, const std::string& known);
 
+// Whether `n` is a keepdims `op` (ReduceMean, ReduceSum, ...) over exactly the last axis,
+// given as -1 or as rank-1 when the input's rank is known; axes may be an attribute or a
+// constant input.
+bool reducesLastAxis(const Graph& g, const Node& n, const std::string& op);
 // Activation ops that can be fused as epilogues, with their parameters from attributes
 // or constant inputs. Returns false when `n` is not such an activation.
 bool fusableActivation(const Graph& g, const Node& n, std::string* name, std::vector<float>* params);

@@ -11,21 +11,6 @@ namespace kiln {
 
 namespace {
 
-// Node `i` if it is `op` and every consumer of its output is in `allowed` (or it has one use).
-bool lastAxisMean(const Graph& g, const Node& n) {
-    if (n.op_type != "ReduceMean" || n.attrs.getInt("keepdims", 1) != 1) return false;
-    std::vector<int64_t> axes = n.attrs.getInts("axes");
-    if (n.hasInput(1)) {
-        const Tensor* t = constantOf(g, n.inputs[1]);
-        if (!t) return false;
-        axes = t->toInt64Vector();
-    }
-    if (axes.size() != 1) return false;
-    if (axes[0] == -1) return true;
-    const ValueInfo* vi = g.findValueInfo(n.inputs[0]);
-    return vi && vi->shape.rank_known && axes[0] == static_cast<int64_t>(vi->shape.dims.size()) - 1;
-}
-
 struct Matcher {
     const Graph& g;
     const GraphIndex& index;
@@ -46,7 +31,7 @@ void fuseLayerNorms(Graph& g, const RouteValues& route) {
     std::vector<Node> added;
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         const Node& mean = g.nodes[i];
-        if (erase[i] || !lastAxisMean(g, mean)) continue;
+        if (erase[i] || !reducesLastAxis(g, mean, "ReduceMean")) continue;
         Matcher m{g, index, {static_cast<int>(i)}};
         const std::string x = mean.inputs[0];
         const Node* sub = m.next(mean.outputs[0], "Sub");
@@ -64,7 +49,7 @@ void fuseLayerNorms(Graph& g, const RouteValues& route) {
         }
         if (!sq || !div) continue;
         const Node* var = m.next(sq->outputs[0], "ReduceMean");
-        if (!var || !lastAxisMean(g, *var)) continue;
+        if (!var || !reducesLastAxis(g, *var, "ReduceMean")) continue;
         const Node* add = m.next(var->outputs[0], "Add");
         double eps;
         if (!add || !scalarConstant(g, otherInput(*add, var->outputs[0]), &eps)) continue;

@@ -7,17 +7,6 @@ namespace kiln {
 
 namespace {
 
-bool lastAxisReduce(const Graph& g, const Node& n, const std::string& op) {
-    if (n.op_type != op || n.attrs.getInt("keepdims", 1) != 1) return false;
-    std::vector<int64_t> axes = n.attrs.getInts("axes");
-    if (n.hasInput(1)) {
-        const Tensor* t = constantOf(g, n.inputs[1]);
-        if (!t) return false;
-        axes = t->toInt64Vector();
-    }
-    return axes.size() == 1 && axes[0] == -1;
-}
-
 void fuseSoftmax(Graph& g, const RouteValues& route) {
     if (!routeOn(route, "fusion.softmax")) return;
     GraphIndex index(g);
@@ -30,7 +19,7 @@ void fuseSoftmax(Graph& g, const RouteValues& route) {
         if (uses.size() != 2 || index.isGraphOutput(exp.outputs[0])) continue;
         int sum = -1, div = -1;
         for (int u : uses) {
-            if (lastAxisReduce(g, g.nodes[u], "ReduceSum")) sum = u;
+            if (reducesLastAxis(g, g.nodes[u], "ReduceSum")) sum = u;
             if (g.nodes[u].op_type == "Div" && g.nodes[u].inputs[0] == exp.outputs[0]) div = u;
         }
         if (sum < 0 || div < 0 || g.nodes[div].inputs[1] != g.nodes[sum].outputs[0] || !index.singleUse(g.nodes[sum].outputs[0])) continue;
@@ -40,7 +29,7 @@ void fuseSoftmax(Graph& g, const RouteValues& route) {
         int p = index.producer(x);
         if (p >= 0 && g.nodes[p].op_type == "Sub" && index.singleUse(x)) {
             int m = index.producer(g.nodes[p].inputs[1]);
-            if (m >= 0 && lastAxisReduce(g, g.nodes[m], "ReduceMax") && g.nodes[m].inputs[0] == g.nodes[p].inputs[0] && index.singleUse(g.nodes[m].outputs[0])) {
+            if (m >= 0 && reducesLastAxis(g, g.nodes[m], "ReduceMax") && g.nodes[m].inputs[0] == g.nodes[p].inputs[0] && index.singleUse(g.nodes[m].outputs[0])) {
                 matched.insert(matched.end(), {p, m});
                 x = g.nodes[p].inputs[0];
             }
