@@ -6,6 +6,8 @@
 
 #include "backends/cpu/reference/kernel.h"
 #include "backends/cpu/fast/tactics.h"
+#include "backends/cuda/cuda_executor.h"
+#include "backends/cuda/cuda_parameters.h"
 #include "engine/tactic_selection.h"
 #include "passes/pass.h"
 
@@ -27,6 +29,7 @@ const ParameterSpace& Builder::space() {
     static const ParameterSpace s = [] {
         std::vector<ParameterSpec> all = passParameters();
         for (const auto& p : tacticParameters()) all.push_back(p);
+        for (const auto& p : cuda::cudaParameters()) all.push_back(p);
         all.push_back(memoryPlannerParameter());
         all.push_back(debugFaultParameter());
         return ParameterSpace(all);
@@ -78,8 +81,30 @@ Engine Builder::build() const {
     for (const auto& n : e.graph.nodes)
         if (!referenceKernels().find(n.op_type)) missing += (missing.empty() ? "" : ", ") + n.describe();
     check(missing.empty(), "no CPU kernel for " + missing);
-    e.tactics = selectTactics(e.graph, route_.values(), timing_cache_);
+    if (targetKind(e.target) == "cuda") e.tactics = selectCudaTactics(e);
+    else e.tactics = selectTactics(e.graph, route_.values(), timing_cache_);
     return e;
+}
+
+// CUDA tactics are chosen by running the graph once at the profile's opt shapes (or the
+// declared static shapes); with symbolic dims and no profile the runtime uses heuristics.
+std::map<std::string, std::string> Builder::selectCudaTactics(const Engine& e) const {
+    std::map<std::string, Dims> shapes;
+    for (const auto& vi : e.graph.runtimeInputs()) {
+        auto p = e.profile.find(vi.name);
+        if (p != e.profile.end()) {
+            shapes[vi.name] = p->second.opt;
+            continue;
+        }
+        if (!vi.shape.rank_known) return {};
+        Dims d;
+        for (const auto& dim : vi.shape.dims) {
+            if (!dim.known()) return {};
+            d.push_back(dim.size);
+        }
+        shapes[vi.name] = d;
+    }
+    return cuda::calibrateTactics(e.graph, route_.values(), shapes);
 }
 
 std::vector<std::string> Builder::affectingParameters() const {
@@ -87,8 +112,10 @@ std::vector<std::string> Builder::affectingParameters() const {
     std::vector<std::string> out;
     for (const auto& p : space().parameters()) {
         if (p.hidden) continue;
-        if (p.owner == "runtime" || p.owner == "backends/cpu") {  // they act at run time, on every model with nodes
-            if (!model_.nodes.empty()) out.push_back(p.name);
+        const bool runtime = p.owner == "runtime" || p.owner == "backends/cpu" || p.owner == "backends/cuda";
+        if (runtime) {  // they act at run time, on every model with nodes, on their own target
+            const bool other_target = (p.owner == "backends/cuda") != (target_ == "cuda") && p.owner != "runtime";
+            if (!model_.nodes.empty() && !other_target) out.push_back(p.name);
             continue;
         }
         for (const auto& v : p.values) {

@@ -31,6 +31,7 @@ public:
     std::vector<std::string> affectingParameters() const;
 
 private:
+    std::map<std::string, std::string> selectCudaTactics(const Engine& e) const;
     Graph model_;
     std::string model_hash_;
     std::string target_;

@@ -29,6 +29,8 @@ struct Engine {
 
 // The signature of the machine/backend an engine runs on; loading compares it.
 std::string targetSignature(const std::string& target);
+// "cpu" or "cuda": the target kind a signature (or a kind name) stands for.
+inline std::string targetKind(const std::string& signature) { return signature.substr(0, signature.find('/')); }
 
 // Writes / reads an engine file. Reading validates magic, format version, checksum, every
 // length and count, and the target; any problem is an Error naming the file and the fault.

@@ -27,6 +27,8 @@
 
 #include "engine/engine.h"
 
+#include "backends/cuda/cuda_executor.h"
+
 namespace kiln {
 
 namespace fs = std::filesystem;
@@ -280,7 +282,8 @@ std::string readAll(const fs::path& path) {
 }  // namespace
 
 std::string targetSignature(const std::string& target) {
-    check(target == "cpu", "unknown target '" + target + "' (this build supports: cpu)");
+    if (target == "cuda") return cuda::deviceSignature();
+    check(target == "cpu", "unknown target '" + target + "' (targets: cpu, cuda)");
 #if defined(__x86_64__)
     return "cpu/x86_64/generic";
 #elif defined(__aarch64__)

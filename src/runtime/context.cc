@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "backends/cuda/cuda_executor.h"
 #include "engine/builder.h"
 
 namespace kiln {
@@ -62,7 +63,13 @@ struct ExecutionContext::Arena : ValuePlacer {
     }
 };
 
-ExecutionContext::ExecutionContext(const Engine& engine) : engine_(engine), executor_(engine.graph, engine.tactics) {
+ExecutionContext::ExecutionContext(const Engine& engine) : engine_(engine) {
+    if (targetKind(engine.target) == "cuda") {
+        BuildRoute route = BuildRoute::parse(engine.route, Builder::space());
+        cuda_ = std::make_unique<cuda::CudaExecutor>(engine.graph, cuda::CudaOptions{route.values(), engine.tactics, false});
+    } else {
+        executor_ = std::make_unique<GraphExecutor>(engine.graph, engine.tactics);
+    }
     // The planner comes from the engine's route text ("name=value;...").
     planner_ = memoryPlannerParameter().default_value;
     const std::string key = memoryPlannerParameter().name + "=";
@@ -87,11 +94,27 @@ std::vector<Tensor> ExecutionContext::run(const TensorMap& inputs) {
         for (size_t i = 0; inside && i < d.size(); ++i) inside = d[i] >= range.min[i] && d[i] <= range.max[i];
         check(inside, "input '" + name + "' has shape " + dimsToString(d) + ", outside the engine's profile " + dimsToString(range.min) + " .. " + dimsToString(range.max));
     }
+    if (cuda_) {
+        checkInputs(engine_.graph, inputs);
+        auto outputs = cuda_->run(inputs);
+        const cuda::CudaStats& s = cuda_->stats();
+        stats_.gpu = true;
+        stats_.arena_bytes = s.arena_bytes;
+        stats_.unplanned_bytes = s.unplanned_bytes;
+        stats_.h2d_ms = s.h2d_ms;
+        stats_.gpu_compute_ms = s.compute_ms;
+        stats_.d2h_ms = s.d2h_ms;
+        stats_.graph_replayed = s.graph_replayed;
+        stats_.weight_bytes = s.weight_bytes;
+        stats_.scratch_bytes = s.scratch_bytes;
+        stats_.cpu_nodes = s.cpu_nodes;
+        return outputs;
+    }
     const std::string sig = shapeSignature(inputs);
     auto it = arenas_.find(sig);
     if (it == arenas_.end()) {
-        SizeRecorder recorder(executor_);
-        auto outputs = executor_.run(inputs, &recorder);
+        SizeRecorder recorder(*executor_);
+        auto outputs = executor_->run(inputs, &recorder);
         auto arena = std::make_unique<Arena>();
         arena->plan = planMemory(recorder.requests, planner_);
         arena->memory = allocateBytes(arena->plan.arena_bytes);
@@ -103,7 +126,7 @@ std::vector<Tensor> ExecutionContext::run(const TensorMap& inputs) {
     }
     stats_.arena_bytes = it->second->plan.arena_bytes;
     stats_.unplanned_bytes = it->second->plan.unplanned_bytes;
-    return executor_.run(inputs, it->second.get());
+    return executor_->run(inputs, it->second.get());
 }
 
 }  // namespace kiln

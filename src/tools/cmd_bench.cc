@@ -49,7 +49,7 @@ void execute(BenchOptions& o) {
         ctx.run(inputs);
         ++warm;
     }
-    std::vector<double> ms;
+    std::vector<double> ms, gpu_ms, h2d_ms, d2h_ms;  // device-event phases of CUDA engines
     const bool live = isatty(STDERR_FILENO) && !o.json;
     const auto start = Clock::now();
     auto last_print = start;
@@ -57,6 +57,11 @@ void execute(BenchOptions& o) {
         const auto t0 = Clock::now();
         ctx.run(inputs);
         ms.push_back(seconds(Clock::now() - t0) * 1000);
+        if (ctx.stats().gpu) {
+            gpu_ms.push_back(ctx.stats().gpu_compute_ms);
+            h2d_ms.push_back(ctx.stats().h2d_ms);
+            d2h_ms.push_back(ctx.stats().d2h_ms);
+        }
         if (live && seconds(Clock::now() - last_print) > 0.5) {
             std::fprintf(stderr, "\r  %zu runs, %.1f s, median %.3f ms ", ms.size(), seconds(Clock::now() - start), percentile(ms, 50));
             last_print = Clock::now();
@@ -74,6 +79,13 @@ void execute(BenchOptions& o) {
         {"latency_ms", {{"min", *std::min_element(ms.begin(), ms.end())}, {"mean", sum / static_cast<double>(ms.size())}, {"median", percentile(ms, 50)},
                         {"p90", percentile(ms, 90)}, {"p95", percentile(ms, 95)}, {"p99", percentile(ms, 99)}, {"max", *std::max_element(ms.begin(), ms.end())}}},
         {"activation_bytes", ctx.stats().arena_bytes}, {"activation_bytes_without_reuse", ctx.stats().unplanned_bytes}, {"memory_planner", ctx.stats().planner}};
+    const ContextStats& st = ctx.stats();
+    if (st.gpu) {
+        j["gpu"] = {{"compute_ms", {{"min", *std::min_element(gpu_ms.begin(), gpu_ms.end())}, {"median", percentile(gpu_ms, 50)}, {"p90", percentile(gpu_ms, 90)},
+                                    {"p99", percentile(gpu_ms, 99)}}},
+                    {"h2d_ms_median", percentile(h2d_ms, 50)}, {"d2h_ms_median", percentile(d2h_ms, 50)}, {"cuda_graph_replayed", st.graph_replayed},
+                    {"weight_bytes", st.weight_bytes}, {"scratch_bytes", st.scratch_bytes}, {"cpu_nodes", st.cpu_nodes}};
+    }
     if (o.json) {
         std::cout << j.dump(2) << "\n";
         return;
@@ -83,6 +95,12 @@ void execute(BenchOptions& o) {
     std::printf("latency ms: min %.3f  mean %.3f  median %.3f  p90 %.3f  p95 %.3f  p99 %.3f  max %.3f\n", l["min"].get<double>(), l["mean"].get<double>(),
                 l["median"].get<double>(), l["p90"].get<double>(), l["p95"].get<double>(), l["p99"].get<double>(), l["max"].get<double>());
     std::printf("activation memory %zu bytes (%zu without reuse, planner %s)\n", ctx.stats().arena_bytes, ctx.stats().unplanned_bytes, ctx.stats().planner.c_str());
+    if (st.gpu) {
+        std::printf("gpu compute ms (device events): median %.3f  min %.3f  p99 %.3f; copies in %.3f / out %.3f ms; cuda graph %s\n",
+                    percentile(gpu_ms, 50), *std::min_element(gpu_ms.begin(), gpu_ms.end()), percentile(gpu_ms, 99), percentile(h2d_ms, 50),
+                    percentile(d2h_ms, 50), st.graph_replayed ? "replayed" : "not used");
+        if (!st.cpu_nodes.empty()) std::printf("%zu nodes ran on the CPU, e.g. %s\n", st.cpu_nodes.size(), st.cpu_nodes.front().c_str());
+    }
     std::printf("target %s, route %s\n", engine.target.c_str(), route.changesText(Builder::space()).c_str());
 }
 

@@ -23,9 +23,9 @@ std::pair<std::string, Dims> parseNamedShape(const std::string& spec, const std:
 
 void addBuildOptions(CLI::App& cmd, BuildOptions& o) {
     cmd.add_option("--route", o.route, "Build route: name=value pairs separated by ';' (others keep defaults)");
-    cmd.add_option("--target", o.target, "Target: cpu")->check(CLI::IsMember({"cpu", "cuda"}));
-    cmd.add_flag("--fp16", o.fp16, "Compute matmul/conv/attention in f16 (same as precision.{matmul,conv,attention}=f16)");
-    cmd.add_flag("--bf16", o.bf16, "Compute matmul/conv/attention in bf16");
+    cmd.add_option("--target", o.target, "Target: cpu or cuda (an engine file runs on the target it was built for)")->check(CLI::IsMember({"cpu", "cuda"}));
+    cmd.add_flag("--fp16", o.fp16, "CPU: compute matmul/conv/attention in f16 (precision.{matmul,conv,attention}=f16); CUDA: precision.activations=f16");
+    cmd.add_flag("--bf16", o.bf16, "As --fp16, with bf16");
     cmd.add_option("--minShapes,--min-shapes", o.min_shapes, "Shape profile minimum, NAME:DIMS (repeatable)");
     cmd.add_option("--optShapes,--opt-shapes", o.opt_shapes, "Shape profile optimum, NAME:DIMS");
     cmd.add_option("--maxShapes,--max-shapes", o.max_shapes, "Shape profile maximum, NAME:DIMS");
@@ -36,7 +36,8 @@ BuildRoute routeFromOptions(const BuildOptions& o) {
     check(!(o.fp16 && o.bf16), "--fp16 and --bf16 exclude each other");
     BuildRoute route = BuildRoute::defaults(Builder::space());
     const char* low = o.fp16 ? "f16" : (o.bf16 ? "bf16" : nullptr);
-    if (low)
+    if (low && o.target == "cuda") route.set("precision.activations", low, Builder::space());
+    else if (low)
         for (const char* p : {"precision.matmul", "precision.conv", "precision.attention"}) route.set(p, low, Builder::space());
     BuildRoute given = BuildRoute::parse(o.route, Builder::space());
     for (const auto& [k, v] : given.values())
@@ -45,7 +46,6 @@ BuildRoute routeFromOptions(const BuildOptions& o) {
 }
 
 Engine buildEngine(const std::string& model, const BuildOptions& o) {
-    check(o.target == "cpu", "--target " + o.target + ": only the cpu target is available in this build");
     Graph graph = importOnnxModel(model);
     Builder builder(std::move(graph), modelFileHash(model), o.target);
     builder.setBuildRoute(routeFromOptions(o));
@@ -76,7 +76,10 @@ Engine buildEngine(const std::string& model, const BuildOptions& o) {
 Engine loadOrBuildEngine(const std::string& model, const BuildOptions& o) {
     if (isEngineFile(model)) {
         check(o.route.empty() && !o.fp16 && !o.bf16, model + " is an engine: build options (--route, --fp16, --bf16) apply only to .onnx models");
-        return readEngine(model, targetSignature(o.target));
+        Engine e = readEngine(model);
+        const std::string here = targetSignature(targetKind(e.target));
+        check(e.target == here, model + ": engine was built for target '" + e.target + "' but this machine is '" + here + "'; rebuild it here");
+        return e;
     }
     return buildEngine(model, o);
 }

@@ -17,6 +17,7 @@
 #include <iostream>
 #include <set>
 
+#include "backends/cuda/cuda_executor.h"
 #include "onnx_import/importer.h"
 #include "onnx_import/tensor_proto.h"
 #include "engine/builder.h"
@@ -79,7 +80,7 @@ struct Result {
 
 // `route` empty: the reference executor on the imported graph; otherwise an engine built
 // with that route (passes + backend tactics) run in an execution context.
-Result runTest(const fs::path& dir, double rtol, double atol, const std::string& route) {
+Result runTest(const fs::path& dir, double rtol, double atol, const std::string& route, const std::string& target) {
     if (std::string why = exclusionReason(dir); !why.empty()) return {Outcome::Excluded, why};
     Graph g;
     try {
@@ -93,7 +94,7 @@ Result runTest(const fs::path& dir, double rtol, double atol, const std::string&
         std::unique_ptr<Engine> engine;
         std::unique_ptr<ExecutionContext> context;
         if (!route.empty()) {
-            Builder b(g, "");
+            Builder b(g, "", target);
             b.setBuildRoute(BuildRoute::parse(route == "default" ? "" : route, Builder::space()));
             engine = std::make_unique<Engine>(b.build());
             context = std::make_unique<ExecutionContext>(*engine);
@@ -151,7 +152,17 @@ int main(int argc, char** argv) {
     app.add_option("--summary-file", summary_file, "Also write the summary lines here");
     app.add_flag("-v,--verbose", verbose, "Print every test, not only failures");
     app.add_option("--route", route, "Build each model into an engine with this route ('default' for the default route) instead of running the reference executor");
+    std::string target = "cpu";
+    app.add_option("--target", target, "Build engines for this target (cpu, cuda); cuda needs --route")->check(CLI::IsMember({"cpu", "cuda"}));
     CLI11_PARSE(app, argc, argv);
+    if (target == "cuda") {
+        std::string why;
+        if (!cuda::deviceAvailable(&why)) {
+            std::cout << "conformance on CUDA skipped: no GPU (" << why << ")\n";
+            return 77;  // CTest's skip code (SKIP_RETURN_CODE)
+        }
+        if (route.empty()) route = "default";
+    }
 
     if (!fs::is_directory(data_dir)) {
         std::cerr << "kiln_conformance: error: " << data_dir << " not found (install the Debian package libonnx-testdata)\n";
@@ -170,7 +181,7 @@ int main(int argc, char** argv) {
         std::sort(tests.begin(), tests.end());
         int counts[4] = {0, 0, 0, 0};
         for (const auto& t : tests) {
-            Result r = runTest(t, rtol, atol, route);
+            Result r = runTest(t, rtol, atol, route, target);
             ++counts[static_cast<int>(r.outcome)];
             const std::string name = t.filename().string();
             if (must_pass.count(name) && r.outcome != Outcome::Pass) missed.push_back(name);

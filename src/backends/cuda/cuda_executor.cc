@@ -1,0 +1,495 @@
+#include "backends/cuda/cuda_executor.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <random>
+#include <set>
+#include <unordered_map>
+
+#include "backends/cpu/reference/kernel.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_op.h"
+#include "runtime/memory_plan.h"
+
+namespace kiln::cuda {
+
+bool deviceAvailable(std::string* why) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        if (why) *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device";
+        cudaGetLastError();
+        return false;
+    }
+    return true;
+}
+
+std::string deviceSignature() {
+    std::string why;
+    const bool available = deviceAvailable(&why);
+    check(available, "target cuda: no usable GPU on this machine (" + why + ")");
+    int device = 0;
+    cudaDeviceProp p{};
+    KILN_CUDA_CHECK(cudaGetDevice(&device));
+    KILN_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+    return "cuda/sm_" + std::to_string(p.major) + std::to_string(p.minor) + "/" + p.name;
+}
+
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t roundUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+// Host-side f32 <-> f16/bf16 conversion for uploads and downloads.
+Tensor toPhysical(const Tensor& t, DType physical) {
+    if (t.dtype() == physical) return t;
+    Tensor out = Tensor::uninitialized(physical, t.dims());
+    const float* src = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+        if (physical == DType::F16) out.data<Half>()[i] = Half(src[i]);
+        else out.data<BFloat16>()[i] = BFloat16(src[i]);
+    }
+    return out;
+}
+
+Tensor toLogical(const Tensor& t, DType logical) {
+    if (t.dtype() == logical) return t;
+    Tensor out = Tensor::uninitialized(logical, t.dims());
+    float* dst = out.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) dst[i] = t.dtype() == DType::F16 ? float(t.data<Half>()[i]) : float(t.data<BFloat16>()[i]);
+    return out;
+}
+
+struct PinnedBuffer {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    void ensure(size_t b) {
+        if (b <= bytes) return;
+        if (ptr) cudaFreeHost(ptr);
+        KILN_CUDA_CHECK(cudaMallocHost(&ptr, b));
+        bytes = b;
+    }
+    ~PinnedBuffer() {
+        if (ptr) cudaFreeHost(ptr);
+    }
+};
+
+struct DeviceBuffer {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    void ensure(size_t b) {
+        if (b <= bytes) return;
+        if (ptr) cudaFree(ptr);
+        ptr = nullptr;
+        KILN_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(b, 1)));
+        bytes = b;
+    }
+    ~DeviceBuffer() {
+        if (ptr) cudaFree(ptr);
+    }
+};
+
+}  // namespace
+
+struct CudaExecutor::Impl {
+    const Graph& graph;
+    CudaOptions options;
+    Resources res;
+    DType storage = DType::F16;
+    bool tf32 = false, use_graphs = true;
+    std::unordered_map<std::string, DeviceTensor> weights;
+    std::vector<DeviceBuffer> weight_buffers;
+    std::unordered_map<std::string, size_t> last_use;  // graph outputs: nodes.size()
+    std::map<std::string, std::string> chosen;
+    CudaStats stats;
+    cudaEvent_t events[4] = {};
+
+    // Everything that depends on the input shapes.
+    struct Signature {
+        bool recorded = false, capturable = true;
+        std::vector<std::unique_ptr<NodeState>> states;
+        std::vector<std::string> cpu_reason;  // per node: why it runs on the CPU ("" = GPU)
+        std::unordered_map<std::string, std::pair<size_t, size_t>> slots;  // value -> offset, bytes
+        DeviceBuffer arena;
+        MemoryPlan plan;
+        std::map<std::string, DeviceBuffer> input_raw, output_raw;  // logical-type staging on the device
+        std::map<std::string, PinnedBuffer> input_pinned, output_pinned;
+        std::vector<DeviceTensor> outputs;  // where the last run left the graph outputs
+        cudaGraphExec_t exec = nullptr;
+        ~Signature() {
+            if (exec) cudaGraphExecDestroy(exec);
+        }
+    };
+    std::map<std::string, std::unique_ptr<Signature>> signatures;
+
+    // Per run.
+    enum class Mode { Record, Planned };
+    struct RunState {
+        Mode mode;
+        Signature* sig;
+        std::vector<void*> temporary;  // cudaMalloc'd this run, freed after it
+        struct Recorded {
+            std::string value;
+            size_t node, bytes;
+        };
+        std::vector<Recorded> recorded;
+        std::unordered_map<std::string, std::string> root;  // view -> value owning the memory
+    };
+
+    Impl(const Graph& g, CudaOptions o) : graph(g), options(std::move(o)) {
+        const std::string precision = routeValue(options.route, "precision.activations");
+        storage = precision == "f32" ? DType::F32 : (precision == "bf16" ? DType::BF16 : DType::F16);
+        tf32 = routeOn(options.route, "precision.tf32");
+        use_graphs = routeOn(options.route, "runtime.cuda_graph");
+        stats.device = deviceSignature();
+        for (auto& e : events) KILN_CUDA_CHECK(cudaEventCreate(&e));
+        for (size_t i = 0; i < graph.nodes.size(); ++i)
+            for (const auto& in : graph.nodes[i].inputs) last_use[in] = i;
+        for (const auto& o : graph.outputs) last_use[o.name] = graph.nodes.size();
+        for (const auto& [name, t] : graph.initializers) weights[name] = upload(t, name);
+        KILN_CUDA_CHECK(cudaStreamSynchronize(res.stream()));
+    }
+
+    ~Impl() {
+        cudaStreamSynchronize(res.stream());
+        for (auto& e : events) cudaEventDestroy(e);
+    }
+
+    DType physicalOf(DType logical) const { return logical == DType::F32 ? storage : logical; }
+
+    DeviceTensor upload(const Tensor& t, const std::string& name) {
+        DeviceTensor d{physicalOf(t.dtype()), t.dtype(), t.dims(), nullptr, std::make_shared<const Tensor>(t)};
+        const Tensor physical = toPhysical(t, d.dtype);
+        weight_buffers.emplace_back();
+        weight_buffers.back().ensure(roundUp(physical.byteSize()));
+        d.data = weight_buffers.back().ptr;
+        if (physical.byteSize()) KILN_CUDA_CHECK(cudaMemcpy(d.data, physical.raw(), physical.byteSize(), cudaMemcpyHostToDevice));
+        stats.weight_bytes += physical.byteSize();
+        return d;
+    }
+
+    DeviceTensor allocate(RunState& rs, size_t node, const std::string& value, DType dtype, const Dims& dims) {
+        DeviceTensor t{dtype, dtype, dims, nullptr, nullptr};
+        const size_t bytes = roundUp(t.bytes());
+        if (rs.mode == Mode::Planned) {
+            auto it = rs.sig->slots.find(value);
+            if (it != rs.sig->slots.end() && it->second.second == bytes) {
+                t.data = static_cast<char*>(rs.sig->arena.ptr) + it->second.first;
+                return t;
+            }
+            rs.sig->capturable = false;  // sizes changed from the recorded run: data-dependent shapes
+        } else {
+            rs.recorded.push_back({value, node, bytes});
+        }
+        void* p = nullptr;
+        KILN_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, kAlign)));
+        rs.temporary.push_back(p);
+        t.data = p;
+        return t;
+    }
+
+    Tensor download(const DeviceTensor& d) {
+        if (d.host) return *d.host;
+        Tensor physical = Tensor::uninitialized(d.dtype, d.dims);
+        if (physical.byteSize()) {
+            KILN_CUDA_CHECK(cudaMemcpyAsync(physical.raw(), d.data, physical.byteSize(), cudaMemcpyDeviceToHost, res.stream()));
+            KILN_CUDA_CHECK(cudaStreamSynchronize(res.stream()));
+        }
+        return toLogical(physical, d.logical);
+    }
+
+    // Runs node i with the reference kernel: inputs to the host, outputs back.
+    std::vector<DeviceTensor> runOnCpu(RunState& rs, size_t i, const std::vector<const DeviceTensor*>& in) {
+        const Node& node = graph.nodes[i];
+        rs.sig->capturable = false;
+        std::vector<Tensor> host(in.size());
+        std::vector<const Tensor*> ptrs;
+        for (size_t k = 0; k < in.size(); ++k) {
+            if (!in[k]) {
+                ptrs.push_back(nullptr);
+                continue;
+            }
+            // Shape and Size read only the dims: skip the copy.
+            host[k] = (node.op_type == "Shape" || node.op_type == "Size") && !in[k]->host ? Tensor::uninitialized(in[k]->logical, in[k]->dims)
+                                                                                          : download(*in[k]);
+            ptrs.push_back(&host[k]);
+        }
+        KernelFn fn = referenceKernels().find(node.op_type);
+        check(fn != nullptr, node.describe() + ": no CUDA or CPU kernel");
+        KernelContext kctx{node, ptrs, graph.opset, nullptr};
+        std::vector<Tensor> outs = fn(kctx);
+        std::vector<DeviceTensor> result;
+        for (size_t k = 0; k < outs.size() && k < node.outputs.size(); ++k) {
+            DeviceTensor d = allocate(rs, i, node.outputs[k], physicalOf(outs[k].dtype()), outs[k].dims());
+            d.logical = outs[k].dtype();
+            const Tensor physical = toPhysical(outs[k], d.dtype);
+            if (physical.byteSize())
+                KILN_CUDA_CHECK(cudaMemcpyAsync(d.data, physical.raw(), physical.byteSize(), cudaMemcpyHostToDevice, res.stream()));
+            KILN_CUDA_CHECK(cudaStreamSynchronize(res.stream()));  // `physical` is freed on return
+            d.host = std::make_shared<const Tensor>(outs[k]);
+            result.push_back(d);
+        }
+        return result;
+    }
+
+    // Enqueues the whole graph: input casts, every node, output casts.
+    void enqueue(RunState& rs, std::unordered_map<std::string, DeviceTensor>& values) {
+        Signature& sig = *rs.sig;
+        for (const auto& vi : graph.runtimeInputs()) {
+            DeviceTensor& raw = values.at(vi.name);
+            if (raw.dtype == DType::F32 && storage != DType::F32) {
+                DeviceTensor converted = allocate(rs, 0, vi.name + "#storage", storage, raw.dims);
+                converted.logical = DType::F32;
+                launchCast(DType::F32, storage, raw.data, converted.data, raw.numel(), res.stream());
+                raw = converted;
+            }
+        }
+        for (size_t i = 0; i < graph.nodes.size(); ++i) {
+            const Node& node = graph.nodes[i];
+            std::vector<const DeviceTensor*> in;
+            for (const auto& name : node.inputs) {
+                if (name.empty()) {
+                    in.push_back(nullptr);
+                    continue;
+                }
+                auto it = values.find(name);
+                check(it != values.end(), node.describe() + ": input '" + name + "' has no value");
+                in.push_back(&it->second);
+            }
+            std::vector<DeviceTensor> outs;
+            std::vector<int> aliases;
+            bool on_cpu = !sig.cpu_reason[i].empty();
+            if (!on_cpu) {
+                auto op = cudaOps().find(node.op_type);
+                if (op == cudaOps().end()) {
+                    sig.cpu_reason[i] = "no CUDA kernel for " + node.op_type;
+                    on_cpu = true;
+                } else {
+                    auto t = options.tactics.find(node.name);
+                    OpContext ctx{node, graph.opset, in, res, options.route, storage, tf32, t == options.tactics.end() ? "" : t->second,
+                                  options.calibrate && rs.mode == Mode::Record, "", &sig.states[i],
+                                  [&](size_t k, DType dt, const Dims& d) { return allocate(rs, i, node.outputs.at(k), dt, d); }, {}};
+                    const size_t recorded_before = rs.recorded.size();
+                    try {
+                        outs = op->second(ctx);
+                        aliases = ctx.aliases;
+                        if (!ctx.chosen_tactic.empty()) chosen[node.name] = ctx.chosen_tactic;
+                    } catch (const Unsupported& u) {
+                        sig.cpu_reason[i] = u.why;
+                        on_cpu = true;
+                        rs.recorded.resize(recorded_before);
+                    }
+                }
+            }
+            if (on_cpu) {
+                if (rs.mode == Mode::Record) chosen[node.name] = "cpu";
+                outs = runOnCpu(rs, i, in);
+            }
+            for (size_t k = 0; k < node.outputs.size() && k < outs.size(); ++k) {
+                if (node.outputs[k].empty()) continue;
+                if (k < aliases.size() && aliases[k] >= 0) {
+                    const std::string& src = node.inputs[aliases[k]];
+                    auto r = rs.root.find(src);
+                    rs.root[node.outputs[k]] = r == rs.root.end() ? src : r->second;
+                }
+                values[node.outputs[k]] = outs[k];
+            }
+        }
+        // Graph outputs in their logical type, in device buffers the download reads.
+        sig.outputs.clear();
+        for (const auto& o : graph.outputs) {
+            auto it = values.find(o.name);
+            check(it != values.end(), "graph output '" + o.name + "' was not computed");
+            DeviceTensor d = it->second;
+            if (d.dtype != d.logical && !d.host) {
+                DeviceBuffer& buf = sig.output_raw[o.name];
+                DeviceTensor raw{d.logical, d.logical, d.dims, nullptr, nullptr};
+                if (buf.bytes < raw.bytes()) {
+                    if (rs.mode == Mode::Planned && sig.exec == nullptr) {
+                        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+                        KILN_CUDA_CHECK(cudaStreamIsCapturing(res.stream(), &capturing));
+                        if (capturing != cudaStreamCaptureStatusNone) throw Unsupported{"output buffer grows during capture"};
+                    }
+                    buf.ensure(raw.bytes());
+                }
+                raw.data = buf.ptr;
+                launchCast(d.dtype, d.logical, d.data, raw.data, d.numel(), res.stream());
+                d = raw;
+            }
+            sig.outputs.push_back(d);
+        }
+    }
+
+    void plan(RunState& rs) {
+        Signature& sig = *rs.sig;
+        std::vector<BufferRequest> requests;
+        std::unordered_map<std::string, size_t> end;  // value owning memory -> last use of it or any view of it
+        for (const auto& r : rs.recorded) end[r.value] = r.node;
+        auto lastUseOf = [&](const std::string& v) {
+            auto it = last_use.find(v);
+            return it == last_use.end() ? size_t(0) : it->second;
+        };
+        for (const auto& r : rs.recorded) end[r.value] = std::max(end[r.value], lastUseOf(r.value));
+        for (const auto& [view, owner] : rs.root)
+            if (end.count(owner)) end[owner] = std::max(end[owner], lastUseOf(view));
+        for (const auto& vi : graph.runtimeInputs())  // converted inputs live until their last reader
+            if (end.count(vi.name + "#storage")) end[vi.name + "#storage"] = std::max(end[vi.name + "#storage"], lastUseOf(vi.name));
+        for (const auto& r : rs.recorded) requests.push_back({r.node, std::max(end[r.value], r.node), r.bytes});
+        sig.plan = planMemory(requests, routeValue(options.route, "memory.planner"));
+        sig.arena.ensure(roundUp(sig.plan.arena_bytes));
+        // Sizes are multiples of kAlign, so the packed offsets stay aligned.
+        for (size_t k = 0; k < rs.recorded.size(); ++k) {
+            check(sig.plan.offsets[k] % kAlign == 0, "internal: unaligned arena offset");
+            sig.slots[rs.recorded[k].value] = {sig.plan.offsets[k], rs.recorded[k].bytes};
+        }
+    }
+
+    std::vector<Tensor> run(const std::map<std::string, Tensor>& inputs) {
+        std::string key;
+        for (const auto& [name, t] : inputs) key += name + ":" + t.summary() + ";";
+        auto& slot = signatures[key];
+        if (!slot) {
+            slot = std::make_unique<Signature>();
+            slot->states.resize(graph.nodes.size());
+            slot->cpu_reason.resize(graph.nodes.size());
+        }
+        Signature& sig = *slot;
+        cudaStream_t s = res.stream();
+        KILN_CUDA_CHECK(cudaEventRecord(events[0], s));
+        // Inputs: host -> pinned -> device buffers that stay put (graph replays read them).
+        std::unordered_map<std::string, DeviceTensor> values;
+        for (const auto& [name, t] : inputs) {
+            sig.input_pinned[name].ensure(std::max<size_t>(t.byteSize(), 1));
+            sig.input_raw[name].ensure(roundUp(std::max<size_t>(t.byteSize(), 1)));
+            std::memcpy(sig.input_pinned[name].ptr, t.raw(), t.byteSize());
+            if (t.byteSize()) KILN_CUDA_CHECK(cudaMemcpyAsync(sig.input_raw[name].ptr, sig.input_pinned[name].ptr, t.byteSize(), cudaMemcpyHostToDevice, s));
+            values[name] = DeviceTensor{t.dtype(), t.dtype(), t.dims(), sig.input_raw[name].ptr, nullptr};
+        }
+        KILN_CUDA_CHECK(cudaEventRecord(events[1], s));
+        stats.graph_replayed = false;
+        RunState rs{sig.recorded ? Mode::Planned : Mode::Record, &sig, {}, {}, {}};
+        try {
+            if (sig.exec) {
+                KILN_CUDA_CHECK(cudaGraphLaunch(sig.exec, s));
+                stats.graph_replayed = true;
+            } else if (rs.mode == Mode::Planned && use_graphs && sig.capturable) {
+                for (const auto& [name, w] : weights) values[name] = w;
+                if (!capture(rs, values)) {  // not capturable: run it plainly
+                    values.clear();
+                    for (const auto& [name, t] : inputs)
+                        values[name] = DeviceTensor{t.dtype(), t.dtype(), t.dims(), sig.input_raw[name].ptr, nullptr};
+                    for (const auto& [name, w] : weights) values[name] = w;
+                    enqueue(rs, values);
+                }
+            } else {
+                for (const auto& [name, w] : weights) values[name] = w;
+                enqueue(rs, values);
+            }
+        } catch (...) {
+            cudaStreamSynchronize(s);
+            for (void* p : rs.temporary) cudaFree(p);
+            throw;
+        }
+        KILN_CUDA_CHECK(cudaEventRecord(events[2], s));
+        for (size_t k = 0; k < sig.outputs.size(); ++k) {
+            const DeviceTensor& d = sig.outputs[k];
+            if (d.host) continue;
+            auto& pinned = sig.output_pinned[graph.outputs[k].name];
+            pinned.ensure(std::max<size_t>(d.bytes(), 1));
+            if (d.bytes()) KILN_CUDA_CHECK(cudaMemcpyAsync(pinned.ptr, d.data, d.bytes(), cudaMemcpyDeviceToHost, s));
+        }
+        KILN_CUDA_CHECK(cudaEventRecord(events[3], s));
+        const cudaError_t done = cudaEventSynchronize(events[3]);
+        if (done != cudaSuccess) {
+            for (void* p : rs.temporary) cudaFree(p);
+            throw Error(std::string("CUDA execution failed: ") + cudaGetErrorString(done));
+        }
+        std::vector<Tensor> result;
+        for (size_t k = 0; k < sig.outputs.size(); ++k) {
+            const DeviceTensor& d = sig.outputs[k];
+            if (d.host) {
+                result.push_back(*d.host);
+                continue;
+            }
+            Tensor t = Tensor::uninitialized(d.dtype, d.dims);
+            std::memcpy(t.raw(), sig.output_pinned[graph.outputs[k].name].ptr, t.byteSize());
+            result.push_back(toLogical(t, d.logical));
+        }
+        float ms[3] = {0, 0, 0};
+        for (int k = 0; k < 3; ++k) cudaEventElapsedTime(&ms[k], events[k], events[k + 1]);
+        stats.h2d_ms = ms[0];
+        stats.compute_ms = ms[1];
+        stats.d2h_ms = ms[2];
+        if (rs.mode == Mode::Record) {
+            plan(rs);
+            sig.recorded = true;
+        }
+        for (void* p : rs.temporary) cudaFree(p);
+        stats.arena_bytes = sig.plan.arena_bytes;
+        stats.unplanned_bytes = sig.plan.unplanned_bytes;
+        stats.scratch_bytes = res.scratchBytes();
+        stats.cpu_nodes.clear();
+        for (size_t i = 0; i < graph.nodes.size(); ++i)
+            if (!sig.cpu_reason[i].empty()) stats.cpu_nodes.push_back(graph.nodes[i].describe() + ": " + sig.cpu_reason[i]);
+        return result;
+    }
+
+    // Captures the graph's work into a CUDA graph and launches it; false when some node
+    // cannot be captured (host round trips), leaving nothing enqueued.
+    bool capture(RunState& rs, std::unordered_map<std::string, DeviceTensor>& values) {
+        Signature& sig = *rs.sig;
+        cudaStream_t s = res.stream();
+        KILN_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        bool ok = true;
+        try {
+            enqueue(rs, values);
+        } catch (...) {  // Unsupported (host round trip) or a failed capture
+            ok = false;
+        }
+        cudaGraph_t g = nullptr;
+        const cudaError_t end = cudaStreamEndCapture(s, &g);
+        ok = ok && end == cudaSuccess && sig.capturable && rs.temporary.empty();
+        if (ok) ok = cudaGraphInstantiate(&sig.exec, g, 0) == cudaSuccess;
+        if (g) cudaGraphDestroy(g);
+        cudaGetLastError();  // clear a capture error
+        if (!ok) {
+            sig.capturable = false;
+            if (sig.exec) cudaGraphExecDestroy(sig.exec);
+            sig.exec = nullptr;
+            for (void* p : rs.temporary) cudaFree(p);
+            rs.temporary.clear();
+            return false;
+        }
+        KILN_CUDA_CHECK(cudaGraphLaunch(sig.exec, s));
+        stats.graph_replayed = true;
+        return true;
+    }
+};
+
+CudaExecutor::CudaExecutor(const Graph& graph, CudaOptions options) : impl_(std::make_unique<Impl>(graph, std::move(options))) {}
+CudaExecutor::~CudaExecutor() = default;
+std::vector<Tensor> CudaExecutor::run(const std::map<std::string, Tensor>& inputs) { return impl_->run(inputs); }
+const CudaStats& CudaExecutor::stats() const { return impl_->stats; }
+const std::map<std::string, std::string>& CudaExecutor::chosenTactics() const { return impl_->chosen; }
+
+std::map<std::string, std::string> calibrateTactics(const Graph& graph, const RouteValues& route, const std::map<std::string, Dims>& shapes) {
+    std::mt19937 rng(1234);
+    std::uniform_real_distribution<float> uniform(-1.f, 1.f);
+    std::map<std::string, Tensor> inputs;
+    for (const auto& vi : graph.runtimeInputs()) {
+        auto it = shapes.find(vi.name);
+        check(it != shapes.end(), "calibration needs a shape for input '" + vi.name + "'");
+        Tensor t(vi.dtype, it->second);
+        if (vi.dtype == DType::F32)
+            for (auto& v : t.span<float>()) v = uniform(rng);
+        else if (vi.dtype == DType::I64)  // token ids and masks: small valid values
+            for (auto& v : t.span<int64_t>()) v = 1;
+        inputs[vi.name] = t;
+    }
+    CudaExecutor exec(graph, CudaOptions{route, {}, true});
+    exec.run(inputs);
+    return exec.chosenTactics();
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,19 @@
+#include "backends/cuda/cuda_parameters.h"
+
+namespace kiln::cuda {
+
+std::vector<ParameterSpec> cudaParameters() {
+    const std::string owner = "backends/cuda";
+    return {
+        {"tactic.cuda.gemm", {"auto", "heuristic"}, "auto", owner, "cuBLASLt algorithm per GEMM: timed at build time, or cuBLASLt's first heuristic pick"},
+        {"tactic.cuda.conv", {"auto", "heuristic"}, "auto", owner, "cuDNN forward algorithm per convolution: timed search at build time, or cuDNN's heuristic"},
+        {"tactic.cuda.attention", {"auto", "fused", "gemm"}, "auto", owner,
+         "Attention kernel: fused (scores stay on chip), two tensor-core GEMMs around a softmax, or timed"},
+        {"runtime.cuda_graph", {"on", "off"}, "on", owner, "Capture each input shape's run in a CUDA graph and replay it"},
+        {"precision.activations", {"auto", "f32", "f16", "bf16"}, "auto", owner,
+         "GPU storage/compute type of float values (auto: f16, f32 accumulation); the CPU always computes f32"},
+        {"precision.tf32", {"off", "on"}, "off", owner, "Allow TF32 tensor-core math for f32 GEMMs and convolutions on the GPU"},
+    };
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,257 @@
+// Elementwise kernels: unary functions, broadcast binary ops, casts, Where, fused
+// elementwise chains and the bias/residual/activation epilogue of GEMMs and convolutions.
+#include "backends/cuda/kernels/device_math.cuh"
+
+namespace kiln::cuda {
+
+bool isDeviceFloat(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename T>
+__global__ void unaryKernel(UnaryFn f, const T* x, T* y, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        y[i] = fromFloat<T>(applyUnary(f, toFloat(x[i])));
+}
+
+template <typename T>
+__device__ __forceinline__ float arith(BinaryOp op, float a, float b) {
+    switch (op) {
+        case BinaryOp::Add: return a + b;
+        case BinaryOp::Sub: return a - b;
+        case BinaryOp::Mul: return a * b;
+        case BinaryOp::Div: return a / b;
+        case BinaryOp::Pow: return powf(a, b);
+        case BinaryOp::Max: return fmaxf(a, b);
+        case BinaryOp::Min: return fminf(a, b);
+        default: return 0.f;
+    }
+}
+
+template <typename T>
+__global__ void binaryFloatKernel(BinaryOp op, const T* a, View6 va, const T* b, View6 vb, T* y, Shape6 shape, UnaryFn post, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const float x = toFloat(a[viewOffset(va, shape, i)]), z = toFloat(b[viewOffset(vb, shape, i)]);
+        y[i] = fromFloat<T>(applyUnary(post, arith<T>(op, x, z)));
+    }
+}
+
+template <typename T>
+__global__ void binaryIntKernel(BinaryOp op, const T* a, View6 va, const T* b, View6 vb, T* y, Shape6 shape, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const T x = a[viewOffset(va, shape, i)], z = b[viewOffset(vb, shape, i)];
+        T r = 0;
+        switch (op) {
+            case BinaryOp::Add: r = x + z; break;
+            case BinaryOp::Sub: r = x - z; break;
+            case BinaryOp::Mul: r = x * z; break;
+            case BinaryOp::Div: {  // ONNX integer Div truncates toward zero; x/0 is left 0
+                r = z == 0 ? T(0) : T(x / z);
+                break;
+            }
+            case BinaryOp::Max: r = x > z ? x : z; break;
+            case BinaryOp::Min: r = x < z ? x : z; break;
+            default: break;
+        }
+        y[i] = r;
+    }
+}
+
+template <typename T>
+__global__ void compareKernel(BinaryOp op, const T* a, View6 va, const T* b, View6 vb, bool* y, Shape6 shape, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const T x = a[viewOffset(va, shape, i)], z = b[viewOffset(vb, shape, i)];
+        bool r = false;
+        if constexpr (sizeof(T) == 2 && !std::is_integral_v<T>) {
+            const float fx = toFloat(x), fz = toFloat(z);
+            r = op == BinaryOp::Equal ? fx == fz : op == BinaryOp::Less ? fx < fz : op == BinaryOp::Greater ? fx > fz
+                : op == BinaryOp::LessOrEqual ? fx <= fz : fx >= fz;
+        } else {
+            r = op == BinaryOp::Equal ? x == z : op == BinaryOp::Less ? x < z : op == BinaryOp::Greater ? x > z
+                : op == BinaryOp::LessOrEqual ? x <= z : x >= z;
+        }
+        y[i] = r;
+    }
+}
+
+__global__ void logicalKernel(BinaryOp op, const bool* a, View6 va, const bool* b, View6 vb, bool* y, Shape6 shape, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const bool x = a[viewOffset(va, shape, i)], z = b[viewOffset(vb, shape, i)];
+        y[i] = op == BinaryOp::And ? (x && z) : op == BinaryOp::Or ? (x || z) : (x != z);
+    }
+}
+
+template <typename From, typename To>
+__global__ void castKernel(const From* x, To* y, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        if constexpr (std::is_same_v<To, bool>) {
+            y[i] = toFloat(x[i]) != 0.f;
+        } else if constexpr (std::is_integral_v<From> && std::is_integral_v<To>) {
+            y[i] = static_cast<To>(x[i]);
+        } else if constexpr (std::is_same_v<From, double> || std::is_same_v<To, double>) {
+            y[i] = fromFloat<To>(static_cast<float>(static_cast<double>(toFloat(x[i]))));
+        } else {
+            const float v = toFloat(x[i]);
+            if constexpr (std::is_integral_v<To>) y[i] = isnan(v) ? To(0) : static_cast<To>(v);
+            else y[i] = fromFloat<To>(v);
+        }
+    }
+}
+
+template <typename E>
+__global__ void whereKernel(const bool* c, View6 vc, const E* x, View6 vx, const E* y, View6 vy, E* out, Shape6 shape, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        out[i] = c[viewOffset(vc, shape, i)] ? x[viewOffset(vx, shape, i)] : y[viewOffset(vy, shape, i)];
+}
+
+template <typename T>
+__global__ void chainKernel(ChainProgram p, T* out, Shape6 shape, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        float v = toFloat(static_cast<const T*>(p.data[0])[viewOffset(p.views[0], shape, i)]);
+        for (int s = 0; s < p.steps; ++s) {
+            if (p.operand[s] < 0) {
+                v = applyUnary(p.unary[s], v);
+            } else {
+                const int k = p.operand[s];
+                const float o = toFloat(static_cast<const T*>(p.data[k])[viewOffset(p.views[k], shape, i)]);
+                v = p.swapped[s] ? arith<T>(p.op[s], o, v) : arith<T>(p.op[s], v, o);
+            }
+            v = toFloat(fromFloat<T>(v));  // the unfused graph stores every intermediate in T
+        }
+        out[i] = fromFloat<T>(v);
+    }
+}
+
+template <typename T>
+__global__ void epilogueKernel(T* y, Shape6 shape, const T* z, View6 vz, const T* z2, View6 vz2, UnaryFn act, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        float v = toFloat(y[i]);
+        if (z) v = toFloat(fromFloat<T>(v + toFloat(z[viewOffset(vz, shape, i)])));
+        if (z2) v = toFloat(fromFloat<T>(v + toFloat(z2[viewOffset(vz2, shape, i)])));
+        y[i] = fromFloat<T>(applyUnary(act, v));
+    }
+}
+
+// Calls f(T*) for the device type of any DType the cast kernel handles.
+template <typename F>
+void dispatchAny(DType t, F&& f) {
+    switch (t) {
+        case DType::F32: f(static_cast<float*>(nullptr)); return;
+        case DType::F16: f(static_cast<__half*>(nullptr)); return;
+        case DType::BF16: f(static_cast<__nv_bfloat16*>(nullptr)); return;
+        case DType::F64: f(static_cast<double*>(nullptr)); return;
+        case DType::I8: f(static_cast<int8_t*>(nullptr)); return;
+        case DType::I16: f(static_cast<int16_t*>(nullptr)); return;
+        case DType::I32: f(static_cast<int32_t*>(nullptr)); return;
+        case DType::I64: f(static_cast<int64_t*>(nullptr)); return;
+        case DType::U8: f(static_cast<uint8_t*>(nullptr)); return;
+        case DType::Bool: f(static_cast<bool*>(nullptr)); return;
+        default: throw Error("CUDA cast: element type " + std::string(dtypeName(t)) + " is not supported");
+    }
+}
+
+}  // namespace
+
+void launchUnary(DType t, UnaryFn f, const void* x, void* y, int64_t n, cudaStream_t s) {
+    if (n == 0) return;
+    dispatchDeviceFloat(t, "unary", [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        unaryKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(f, static_cast<const T*>(x), static_cast<T*>(y), n);
+    });
+    checkLaunch("unary");
+}
+
+void launchBinary(DType t, BinaryOp op, const void* a, const View6& va, const void* b, const View6& vb, void* y, const Shape6& shape,
+                  UnaryFn post, cudaStream_t s) {
+    const int64_t n = shape.numel();
+    if (n == 0) return;
+    const unsigned grid = gridFor(n, kThreads);
+    if (isLogical(op)) {
+        check(t == DType::Bool, "CUDA logical op needs Bool inputs");
+        logicalKernel<<<grid, kThreads, 0, s>>>(op, static_cast<const bool*>(a), va, static_cast<const bool*>(b), vb, static_cast<bool*>(y), shape, n);
+    } else if (isComparison(op)) {
+        auto run = [&](auto* tag) {
+            using T = std::remove_pointer_t<decltype(tag)>;
+            compareKernel<T><<<grid, kThreads, 0, s>>>(op, static_cast<const T*>(a), va, static_cast<const T*>(b), vb, static_cast<bool*>(y), shape, n);
+        };
+        if (t == DType::I64) run(static_cast<int64_t*>(nullptr));
+        else if (t == DType::I32) run(static_cast<int32_t*>(nullptr));
+        else dispatchDeviceFloat(t, "comparison", run);
+    } else if (t == DType::I64 || t == DType::I32) {
+        check(op != BinaryOp::Pow && post.op == UnaryOp::Identity, "CUDA integer Pow is not supported");
+        if (t == DType::I64)
+            binaryIntKernel<int64_t><<<grid, kThreads, 0, s>>>(op, static_cast<const int64_t*>(a), va, static_cast<const int64_t*>(b), vb, static_cast<int64_t*>(y), shape, n);
+        else
+            binaryIntKernel<int32_t><<<grid, kThreads, 0, s>>>(op, static_cast<const int32_t*>(a), va, static_cast<const int32_t*>(b), vb, static_cast<int32_t*>(y), shape, n);
+    } else {
+        dispatchDeviceFloat(t, "binary", [&](auto* tag) {
+            using T = std::remove_pointer_t<decltype(tag)>;
+            binaryFloatKernel<T><<<grid, kThreads, 0, s>>>(op, static_cast<const T*>(a), va, static_cast<const T*>(b), vb, static_cast<T*>(y), shape, post, n);
+        });
+    }
+    checkLaunch("binary");
+}
+
+void launchCast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t s) {
+    if (n == 0) return;
+    if (from == to) {
+        if (x != y) {
+            const cudaError_t e = cudaMemcpyAsync(y, x, n * dtypeSize(from), cudaMemcpyDeviceToDevice, s);
+            check(e == cudaSuccess, std::string("CUDA cast copy: ") + cudaGetErrorString(e));
+        }
+        return;
+    }
+    dispatchAny(from, [&](auto* ftag) {
+        using F = std::remove_pointer_t<decltype(ftag)>;
+        dispatchAny(to, [&](auto* ttag) {
+            using T = std::remove_pointer_t<decltype(ttag)>;
+            castKernel<F, T><<<gridFor(n, kThreads), kThreads, 0, s>>>(static_cast<const F*>(x), static_cast<T*>(y), n);
+        });
+    });
+    checkLaunch("cast");
+}
+
+void launchWhere(size_t elem, const void* cond, const View6& vc, const void* x, const View6& vx, const void* y, const View6& vy, void* out,
+                 const Shape6& shape, cudaStream_t s) {
+    const int64_t n = shape.numel();
+    if (n == 0) return;
+    const unsigned grid = gridFor(n, kThreads);
+    auto run = [&](auto* tag) {
+        using E = std::remove_pointer_t<decltype(tag)>;
+        whereKernel<E><<<grid, kThreads, 0, s>>>(static_cast<const bool*>(cond), vc, static_cast<const E*>(x), vx, static_cast<const E*>(y), vy,
+                                                 static_cast<E*>(out), shape, n);
+    };
+    switch (elem) {
+        case 1: run(static_cast<uint8_t*>(nullptr)); break;
+        case 2: run(static_cast<uint16_t*>(nullptr)); break;
+        case 4: run(static_cast<uint32_t*>(nullptr)); break;
+        case 8: run(static_cast<uint64_t*>(nullptr)); break;
+        default: throw Error("CUDA Where: unsupported element size");
+    }
+    checkLaunch("where");
+}
+
+void launchChain(DType t, const ChainProgram& program, void* out, const Shape6& shape, cudaStream_t s) {
+    const int64_t n = shape.numel();
+    if (n == 0) return;
+    dispatchDeviceFloat(t, "ElementwiseChain", [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        chainKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(program, static_cast<T*>(out), shape, n);
+    });
+    checkLaunch("chain");
+}
+
+void launchEpilogue(DType t, void* y, const Shape6& shape, const void* z, const View6& vz, UnaryFn act, cudaStream_t s, const void* z2,
+                    const View6& vz2) {
+    const int64_t n = shape.numel();
+    if (n == 0 || (!z && !z2 && act.op == UnaryOp::Identity)) return;
+    dispatchDeviceFloat(t, "epilogue", [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        epilogueKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(y), shape, static_cast<const T*>(z), vz, static_cast<const T*>(z2), vz2, act, n);
+    });
+    checkLaunch("epilogue");
+}
+
+}  // namespace kiln::cuda

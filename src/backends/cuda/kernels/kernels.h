@@ -1,0 +1,124 @@
+// Host-side entry points of Kiln's own CUDA kernels. The kernels live in the .cu files
+// beside this header (compiled by nvcc); callers are plain C++ and see only these
+// launchers. Every launcher enqueues work on `stream` and checks the launch.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "ir/dtype.h"
+
+namespace kiln::cuda {
+
+constexpr int kMaxRank = 6;
+
+// The iteration space of an elementwise kernel: a row-major shape of up to kMaxRank dims.
+struct Shape6 {
+    int rank = 0;
+    int64_t dims[kMaxRank] = {};
+    int64_t numel() const {
+        int64_t n = 1;
+        for (int i = 0; i < rank; ++i) n *= dims[i];
+        return n;
+    }
+};
+
+// How one operand is read over a Shape6: element offset + sum(coord[d] * strides[d]).
+// Broadcast dims have stride 0. `dense` marks strides equal to the row-major ones of the
+// shape (offset i for flat index i), which kernels take as a fast path.
+struct View6 {
+    int64_t offset = 0;
+    int64_t strides[kMaxRank] = {};
+    bool dense = false;
+};
+
+enum class UnaryOp : int32_t {
+    Identity, Relu, Sigmoid, Tanh, LeakyRelu, Clip, HardSigmoid, HardSwish, Gelu, GeluTanh, Softplus,
+    Exp, Log, Sqrt, Neg, Abs, Erf, Reciprocal, Floor, Ceil, Sin, Cos, Elu, Selu, Softsign, Sign, Round,
+};
+struct UnaryFn {
+    UnaryOp op = UnaryOp::Identity;
+    float a = 0, b = 0;  // alpha/beta, clip bounds
+};
+
+enum class BinaryOp : int32_t {
+    Add, Sub, Mul, Div, Pow, Max, Min,                   // arithmetic: output in the input type
+    Equal, Less, Greater, LessOrEqual, GreaterOrEqual,  // comparisons: Bool output
+    And, Or, Xor,                                       // Bool inputs and output
+};
+inline bool isComparison(BinaryOp op) { return op >= BinaryOp::Equal && op <= BinaryOp::GreaterOrEqual; }
+inline bool isLogical(BinaryOp op) { return op >= BinaryOp::And; }
+
+// Types the float kernels take: F32, F16, BF16. Others raise Error in the launcher.
+bool isDeviceFloat(DType t);
+
+// y = f(x), n elements.
+void launchUnary(DType t, UnaryFn f, const void* x, void* y, int64_t n, cudaStream_t s);
+// y = post(a op b) over `shape`. Arithmetic: a, b, y of type t (float or I32/I64 for
+// Add/Sub/Mul/Div/Max/Min); comparisons: y Bool; logical: all Bool.
+void launchBinary(DType t, BinaryOp op, const void* a, const View6& va, const void* b, const View6& vb, void* y, const Shape6& shape,
+                  UnaryFn post, cudaStream_t s);
+// Element type conversion between any two of F32/F16/BF16/F64/I8/I16/I32/I64/U8/Bool.
+void launchCast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t s);
+// out = cond ? x : y (cond Bool), elements of `elem` bytes.
+void launchWhere(size_t elem, const void* cond, const View6& vc, const void* x, const View6& vx, const void* y, const View6& vy, void* out,
+                 const Shape6& shape, cudaStream_t s);
+// dst[dv(i)] = src[sv(i)] over `shape`: Transpose, Concat, Split, Slice, Expand, Tile.
+void launchStridedCopy(size_t elem, const void* src, const View6& sv, void* dst, const View6& dv, const Shape6& shape, cudaStream_t s);
+// out[o, j, i] = data[o, idx[j], i] with negative indices wrapped (indices I32 or I64);
+// out-of-range indices are clamped (the CPU path reports them).
+void launchGather(size_t elem, const void* data, DType index_type, const void* indices, void* out, int64_t outer, int64_t axis_len,
+                  int64_t n_indices, int64_t inner, cudaStream_t s);
+
+// A fused elementwise chain (kiln ElementwiseChain): value = input 0, then each step
+// applies a unary function or a binary op with another input; rounded to T between steps.
+constexpr int kMaxChainSteps = 16;
+constexpr int kMaxChainInputs = 8;
+struct ChainProgram {
+    int steps = 0;
+    int inputs = 0;
+    BinaryOp op[kMaxChainSteps] = {};
+    UnaryFn unary[kMaxChainSteps] = {};
+    int32_t operand[kMaxChainSteps] = {};  // -1: unary step
+    int32_t swapped[kMaxChainSteps] = {};
+    View6 views[kMaxChainInputs] = {};
+    const void* data[kMaxChainInputs] = {};
+};
+void launchChain(DType t, const ChainProgram& program, void* out, const Shape6& shape, cudaStream_t s);
+
+// y = act(y + z + z2) in place (rounded to T after each add); z and z2 read through their
+// views over y's shape (bias, residual); either may be null.
+void launchEpilogue(DType t, void* y, const Shape6& shape, const void* z, const View6& vz, UnaryFn act, cudaStream_t s,
+                    const void* z2 = nullptr, const View6& vz2 = View6{});
+
+// LayerNormalization over the last `cols` elements of each row; scale/bias of type pt
+// (may differ from t), bias may be null. Accumulates in f32.
+void launchLayerNorm(DType t, DType pt, const void* x, const void* scale, const void* bias, void* y, int64_t rows, int64_t cols, float eps,
+                     cudaStream_t s);
+// Softmax (or LogSoftmax) over rows of `cols` contiguous elements.
+void launchSoftmax(DType t, const void* x, void* y, int64_t rows, int64_t cols, bool log, cudaStream_t s);
+// P = softmax(scores * scale + mask) for attention: scores f32 [rows, cols]; mask (type mt,
+// may be null) read through vm over the shape [batch dims..., S, T]; P of type t.
+void launchScaledMaskedSoftmax(DType t, const float* scores, float scale, DType mt, const void* mask, const View6& vm, const Shape6& shape,
+                               void* p, cudaStream_t s);
+
+// Fused attention: out[b] = softmax(Q[b] Kt[b] * scale + mask) V[b], one warp per query
+// row, scores in shared memory (T <= kFusedAttentionMaxKeys). Q [B,S,D], Kt [B,D,T],
+// V [B,T,E], out [B,S,E]; mask as in launchScaledMaskedSoftmax over [batch dims..., S, T].
+constexpr int64_t kFusedAttentionMaxKeys = 2048;
+constexpr int64_t kFusedAttentionMaxHead = 256;
+void launchFusedAttention(DType t, const void* q, const void* kt, const void* v, DType mt, const void* mask, const View6& vm,
+                          const Shape6& score_shape, void* out, int64_t batch, int64_t S, int64_t T, int64_t D, int64_t E, float scale,
+                          cudaStream_t s);
+
+// Pooling on NCHW (or NHWC when channels_last) 2-D data.
+struct Pool2d {
+    int64_t n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+    bool max, count_include_pad, channels_last;
+};
+void launchPool2d(DType t, const Pool2d& p, const void* x, void* y, cudaStream_t s);
+// Mean over the `inner` contiguous elements of each of `outer` rows (GlobalAveragePool).
+void launchRowMean(DType t, const void* x, void* y, int64_t outer, int64_t inner, cudaStream_t s);
+
+}  // namespace kiln::cuda

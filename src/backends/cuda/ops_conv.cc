@@ -1,0 +1,170 @@
+// Conv and FusedConv through cuDNN (NCHW, or NHWC for nodes the layout pass marked),
+// followed by one epilogue kernel for bias, residual and activation. The cuDNN forward
+// algorithm is the node's tactic ("cudnn:<algo>"): auto runs cuDNN's own timed search at
+// build time, heuristic takes cuDNN's first suggestion.
+#include <algorithm>
+
+#include "backends/cpu/reference/kernel_util.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_op.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+#define KILN_DNN_CHECK(call, ctx)                                                                                          \
+    do {                                                                                                                   \
+        const cudnnStatus_t kiln_dnn_ = (call);                                                                            \
+        (ctx).require(kiln_dnn_ == CUDNN_STATUS_SUCCESS, std::string("cuDNN ") + #call + ": " + cudnnGetErrorString(kiln_dnn_)); \
+    } while (0)
+
+cudnnDataType_t dnnTypeOf(DType t) { return t == DType::F16 ? CUDNN_DATA_HALF : (t == DType::BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT); }
+
+struct ConvPlan : NodeState {
+    cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+    cudnnFilterDescriptor_t w = nullptr;
+    cudnnConvolutionDescriptor_t conv = nullptr;
+    cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    size_t workspace = 0;
+    void* weight_khwc = nullptr;  // weights in the NHWC filter layout (owned)
+    ~ConvPlan() override {
+        if (x) cudnnDestroyTensorDescriptor(x);
+        if (y) cudnnDestroyTensorDescriptor(y);
+        if (w) cudnnDestroyFilterDescriptor(w);
+        if (conv) cudnnDestroyConvolutionDescriptor(conv);
+        if (weight_khwc) cudaFree(weight_khwc);
+    }
+};
+
+struct ConvGeometry {
+    int64_t n, c, h, w, k, r, s, oh, ow, groups;
+    int pads[2], strides[2], dilations[2];
+};
+
+ConvGeometry geometry(const OpContext& ctx, const Dims& x4, const Dims& w4, bool nhwc) {
+    ConvGeometry g{};
+    g.n = x4[0];
+    g.c = nhwc ? x4[3] : x4[1];
+    g.h = nhwc ? x4[1] : x4[2];
+    g.w = nhwc ? x4[2] : x4[3];
+    g.k = w4[0];
+    g.r = w4[2];
+    g.s = w4[3];
+    g.groups = ctx.attrs().getInt("group", 1);
+    ctx.require(g.groups > 0 && g.c == w4[1] * g.groups && g.k % g.groups == 0, "channels do not match the weights and groups");
+    const Dims spatial{g.h, g.w};
+    const std::vector<int64_t> kernel{g.r, g.s};
+    auto strides = ctx.attrs().getInts("strides", Dims(2, 1));
+    auto dilations = ctx.attrs().getInts("dilations", Dims(2, 1));
+    if (strides.size() == 1) strides.insert(strides.begin(), 1);
+    if (dilations.size() == 1) dilations.insert(dilations.begin(), 1);
+    KernelContext attrs{ctx.node, {}, ctx.opset, nullptr};
+    SpatialPads pads{{0, 0}, {0, 0}};
+    if (ctx.attrs().getInts("kernel_shape", {0, 0}).size() == 1 || w4.size() == 3) ctx.unsupported("1-D convolution");
+    pads = resolvePads(attrs, spatial, kernel, strides, dilations);
+    for (int i = 0; i < 2; ++i) {
+        if (pads.begin[i] != pads.end[i]) ctx.unsupported("asymmetric padding");
+        g.pads[i] = static_cast<int>(pads.begin[i]);
+        g.strides[i] = static_cast<int>(strides[i]);
+        g.dilations[i] = static_cast<int>(dilations[i]);
+    }
+    g.oh = (g.h + 2 * g.pads[0] - ((g.r - 1) * g.dilations[0] + 1)) / g.strides[0] + 1;
+    g.ow = (g.w + 2 * g.pads[1] - ((g.s - 1) * g.dilations[1] + 1)) / g.strides[1] + 1;
+    ctx.require(g.oh > 0 && g.ow > 0, "kernel larger than the padded input");
+    return g;
+}
+
+void makePlan(OpContext& ctx, ConvPlan& p, DType t, const ConvGeometry& g, bool nhwc, const DeviceTensor& weights) {
+    const cudnnDataType_t dt = dnnTypeOf(t);
+    const cudnnTensorFormat_t fmt = nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&p.x), ctx);
+    KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&p.y), ctx);
+    KILN_DNN_CHECK(cudnnCreateFilterDescriptor(&p.w), ctx);
+    KILN_DNN_CHECK(cudnnCreateConvolutionDescriptor(&p.conv), ctx);
+    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(p.x, fmt, dt, g.n, g.c, g.h, g.w), ctx);
+    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(p.y, fmt, dt, g.n, g.k, g.oh, g.ow), ctx);
+    KILN_DNN_CHECK(cudnnSetFilter4dDescriptor(p.w, dt, fmt, g.k, g.c / g.groups, g.r, g.s), ctx);
+    KILN_DNN_CHECK(cudnnSetConvolution2dDescriptor(p.conv, g.pads[0], g.pads[1], g.strides[0], g.strides[1], g.dilations[0], g.dilations[1],
+                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                   ctx);
+    KILN_DNN_CHECK(cudnnSetConvolutionGroupCount(p.conv, static_cast<int>(g.groups)), ctx);
+    const cudnnMathType_t math = t != DType::F32 ? CUDNN_TENSOR_OP_MATH : (ctx.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+    KILN_DNN_CHECK(cudnnSetConvolutionMathType(p.conv, math), ctx);
+    if (nhwc) {  // OIHW -> OHWI, once
+        const Dims oihw = weights.dims, ohwi{oihw[0], oihw[2], oihw[3], oihw[1]};
+        KILN_CUDA_CHECK(cudaMalloc(&p.weight_khwc, weights.bytes()));
+        View6 src;
+        const int64_t so = oihw[1] * oihw[2] * oihw[3], si = oihw[2] * oihw[3], sh = oihw[3];
+        src.strides[0] = so, src.strides[1] = sh, src.strides[2] = 1, src.strides[3] = si;
+        launchStridedCopy(dtypeSize(t), weights.data, src, p.weight_khwc, denseView(ohwi), toShape6(ohwi, ctx), ctx.stream());
+    }
+}
+
+void chooseAlgorithm(OpContext& ctx, ConvPlan& p, const void* x, const void* w, void* y) {
+    if (!ctx.tactic.empty() && ctx.tactic.rfind("cudnn:", 0) == 0) {
+        p.algo = static_cast<cudnnConvolutionFwdAlgo_t>(std::atoi(ctx.tactic.c_str() + 6));
+    } else {
+        constexpr int kRequested = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+        cudnnConvolutionFwdAlgoPerf_t perf[kRequested];
+        int found = 0;
+        if (ctx.calibrate && routeValue(ctx.route, "tactic.cuda.conv") == "auto") {
+            const size_t ws = 256u << 20;
+            void* scratch = ctx.res.scratch(0, ws);
+            KILN_DNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(ctx.res.dnn(), p.x, x, p.w, w, p.conv, p.y, y, kRequested, &found, perf, scratch, ws),
+                           ctx);
+        } else {
+            KILN_DNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.res.dnn(), p.x, p.w, p.conv, p.y, kRequested, &found, perf), ctx);
+        }
+        int pick = -1;
+        for (int i = 0; i < found && pick < 0; ++i)
+            if (perf[i].status == CUDNN_STATUS_SUCCESS) pick = i;
+        if (pick < 0) ctx.unsupported("no cuDNN algorithm");
+        p.algo = perf[pick].algo;
+    }
+    KILN_DNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(ctx.res.dnn(), p.x, p.w, p.conv, p.y, p.algo, &p.workspace), ctx);
+    ctx.chosen_tactic = "cudnn:" + std::to_string(static_cast<int>(p.algo));
+}
+
+std::vector<DeviceTensor> conv(OpContext& ctx) {
+    const DeviceTensor& x = ctx.input(0);
+    const DeviceTensor& w = ctx.input(1);
+    const DType t = ctx.floatType(0);
+    if (w.dtype != t) ctx.unsupported("mixed element types");
+    if (x.dims.size() != 4 || w.dims.size() != 4) ctx.unsupported("convolution of rank " + std::to_string(x.dims.size()));
+    const bool nhwc = ctx.attrs().getString("data_layout", "NCHW") == "NHWC";
+    const ConvGeometry g = geometry(ctx, x.dims, w.dims, nhwc);
+    const Dims out_dims = nhwc ? Dims{g.n, g.oh, g.ow, g.k} : Dims{g.n, g.k, g.oh, g.ow};
+    const DeviceTensor* bias = ctx.has(2) ? &ctx.input(2) : nullptr;
+    const DeviceTensor* z = ctx.node.op_type == "FusedConv" && ctx.has(3) ? &ctx.input(3) : nullptr;
+    if ((bias && (bias->dtype != t || bias->numel() != g.k)) || (z && z->dtype != t)) ctx.unsupported("bias/residual");
+    const UnaryFn act = ctx.node.op_type == "FusedConv" ? fusedActivation(ctx) : UnaryFn{};
+    DeviceTensor y = ctx.output(0, x.logical, out_dims);
+    auto& slot = *ctx.state;
+    if (!slot) {
+        auto plan = std::make_unique<ConvPlan>();
+        makePlan(ctx, *plan, t, g, nhwc, w);
+        chooseAlgorithm(ctx, *plan, x.data, nhwc ? plan->weight_khwc : w.data, y.data);
+        slot = std::move(plan);
+    }
+    auto& p = static_cast<ConvPlan&>(*slot);
+    ctx.chosen_tactic = "cudnn:" + std::to_string(static_cast<int>(p.algo));
+    void* ws = ctx.res.scratch(0, p.workspace);
+    const float one = 1.f, zero = 0.f;
+    KILN_DNN_CHECK(cudnnConvolutionForward(ctx.res.dnn(), &one, p.x, x.data, p.w, nhwc ? p.weight_khwc : w.data, p.conv, p.algo, ws, p.workspace,
+                                           &zero, p.y, y.data),
+                   ctx);
+    View6 vb;
+    if (bias) vb.strides[nhwc ? 3 : 1] = 1;
+    launchEpilogue(t, y.data, toShape6(out_dims, ctx), bias ? bias->data : nullptr, vb, act, ctx.stream(), z ? z->data : nullptr,
+                   z ? broadcastView(z->dims, out_dims, ctx) : View6{});
+    return {y};
+}
+
+}  // namespace
+
+void addConvOps(std::map<std::string, OpFn>& ops) {
+    ops["Conv"] = conv;
+    ops["FusedConv"] = conv;
+}
+
+}  // namespace kiln::cuda

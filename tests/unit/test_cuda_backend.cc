@@ -1,0 +1,150 @@
+// The CUDA target against the CPU reference executor. Every test skips (and says why)
+// on machines without a GPU, such as CI; scripts/gpu-test runs them on the device machine.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "backends/cuda/cuda_executor.h"
+#include "engine/builder.h"
+#include "onnx_import/importer.h"
+#include "onnx_import/tensor_proto.h"
+#include "runtime/accuracy.h"
+#include "runtime/context.h"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+#define REQUIRE_GPU()                                                           \
+    do {                                                                        \
+        std::string why_;                                                       \
+        if (!cuda::deviceAvailable(&why_)) GTEST_SKIP() << "no GPU: " << why_; \
+    } while (0)
+
+fs::path modelDir(const std::string& name) {
+    fs::path bundled = fs::path(KILN_SOURCE_DIR) / "models" / name;
+    return fs::exists(bundled) ? bundled : fs::path(KILN_SHARED_DIR) / "models" / name;
+}
+
+TensorMap loadInputs(const Graph& g, const fs::path& dir) {
+    TensorMap inputs;
+    auto declared = g.runtimeInputs();
+    for (size_t i = 0; i < declared.size(); ++i)
+        inputs[declared[i].name] = loadTensorFile(dir / "test_data_set_0" / ("input_" + std::to_string(i) + ".pb"));
+    return inputs;
+}
+
+Engine buildCuda(const Graph& g, const std::string& route) {
+    Builder b(g, "test", "cuda");
+    b.setBuildRoute(BuildRoute::parse(route, Builder::space()));
+    return b.build();
+}
+
+// Runs the engine three times (record, capture, replay) and checks each run against the
+// reference outputs and the replays against the first run.
+void expectMatches(const Engine& engine, const TensorMap& inputs, const std::vector<Tensor>& want, double max_rel_l2, const std::string& what) {
+    ExecutionContext ctx(engine);
+    std::vector<Tensor> first;
+    for (int run = 0; run < 3; ++run) {
+        auto got = ctx.run(inputs);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+            ErrorStats e = compareOutputs(got[i], want[i], engine.graph.outputs[i].name);
+            EXPECT_LT(e.rel_l2, max_rel_l2) << what << " run " << run << " output " << i;
+            EXPECT_FALSE(e.nan_mismatch) << what;
+            if (run == 0) first.push_back(got[i]);
+            else EXPECT_EQ(compareOutputs(got[i], first[i], "replay").max_abs, 0.0) << what << ": run " << run << " differs from run 0";
+        }
+    }
+    EXPECT_TRUE(ctx.stats().gpu);
+    if (ctx.stats().cpu_nodes.empty()) EXPECT_TRUE(ctx.stats().graph_replayed) << what << ": the third run should replay a CUDA graph";
+}
+
+class CudaModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaModel, MatchesReferenceInF32AndF16) {
+    REQUIRE_GPU();
+    const fs::path dir = modelDir(GetParam());
+    if (!fs::exists(dir / "model.onnx")) GTEST_SKIP() << dir << " not present";
+    Graph g = importOnnxModel(dir / "model.onnx");
+    TensorMap inputs = loadInputs(g, dir);
+    auto want = GraphExecutor(g).run(inputs);
+    expectMatches(buildCuda(g, "precision.activations=f32"), inputs, want, 1e-4, GetParam() + " f32");
+    expectMatches(buildCuda(g, "precision.activations=f32;runtime.cuda_graph=off"), inputs, want, 1e-4, GetParam() + " f32 no graph");
+    expectMatches(buildCuda(g, ""), inputs, want, 2e-2, GetParam() + " f16");
+    expectMatches(buildCuda(g, "precision.activations=bf16"), inputs, want, 5e-2, GetParam() + " bf16");
+}
+INSTANTIATE_TEST_SUITE_P(Models, CudaModel, ::testing::Values("mlp", "small_cnn", "transformer_block", "mobilenet_v2", "bert_small", "vit_tiny", "gpt2_small"));
+
+TEST(CudaBackend, AttentionTacticsAgree) {
+    REQUIRE_GPU();
+    const fs::path dir = modelDir("transformer_block");
+    Graph g = importOnnxModel(dir / "model.onnx");
+    TensorMap inputs = loadInputs(g, dir);
+    auto want = GraphExecutor(g).run(inputs);
+    for (const char* t : {"fused", "gemm"}) {
+        Engine e = buildCuda(g, std::string("precision.activations=f32;tactic.cuda.attention=") + t);
+        bool found = false;
+        for (const auto& [node, tactic] : e.tactics) found |= tactic == t;
+        EXPECT_TRUE(found) << "no attention node recorded tactic " << t;
+        expectMatches(e, inputs, want, 1e-4, std::string("attention ") + t);
+    }
+}
+
+TEST(CudaBackend, EngineRoundTripKeepsTactics) {
+    REQUIRE_GPU();
+    const fs::path dir = modelDir("small_cnn");
+    Graph g = importOnnxModel(dir / "model.onnx");
+    Engine e = buildCuda(g, "precision.activations=f32");
+    bool gemm = false, conv = false;
+    for (const auto& [node, tactic] : e.tactics) {
+        gemm |= tactic.rfind("lt:", 0) == 0;
+        conv |= tactic.rfind("cudnn:", 0) == 0;
+    }
+    EXPECT_TRUE(gemm && conv) << "tactics of cuBLASLt and cuDNN nodes are recorded";
+    Engine loaded = deserializeEngine(serializeEngine(e), "memory", targetSignature("cuda"));
+    EXPECT_EQ(loaded.tactics, e.tactics);
+    TensorMap inputs = loadInputs(g, dir);
+    ExecutionContext a(e), b(loaded);
+    auto x = a.run(inputs), y = b.run(inputs);
+    EXPECT_EQ(compareOutputs(x[0], y[0], "round trip").max_abs, 0.0);
+}
+
+TEST(CudaBackend, OpsWithoutGpuKernelRunOnTheCpuAndSaySo) {
+    REQUIRE_GPU();
+    // TopK has no CUDA kernel: it runs on the CPU between GPU nodes, with the same result.
+    Graph g;
+    g.opset = 17;
+    g.inputs.push_back({"x", DType::F32, Shape::fromDims({4, 16})});
+    g.initializers["k"] = Tensor::fromVector<int64_t>({1}, {3});
+    g.nodes.push_back(Node{"relu", "Relu", "", {"x"}, {"r"}, {}});
+    g.nodes.push_back(Node{"topk", "TopK", "", {"r", "k"}, {"v", "i"}, {}});
+    g.nodes.push_back(Node{"neg", "Neg", "", {"v"}, {"y"}, {}});
+    g.outputs.push_back({"y", DType::F32, Shape::fromDims({4, 3})});
+    g.outputs.push_back({"i", DType::I64, Shape::fromDims({4, 3})});
+    Tensor x(DType::F32, {4, 16});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 37) % 23) - 11.5f;
+    auto want = GraphExecutor(g).run({{"x", x}});
+    Engine e = buildCuda(g, "precision.activations=f32");
+    ExecutionContext ctx(e);
+    auto got = ctx.run({{"x", x}});
+    EXPECT_EQ(compareOutputs(got[0], want[0], "y").max_abs, 0.0);
+    EXPECT_EQ(compareOutputs(got[1], want[1], "i").max_abs, 0.0);
+    ASSERT_EQ(ctx.stats().cpu_nodes.size(), 1u);
+    EXPECT_NE(ctx.stats().cpu_nodes[0].find("TopK"), std::string::npos);
+    EXPECT_FALSE(ctx.stats().graph_replayed);
+}
+
+TEST(CudaBackend, WithoutGpuTheTargetFailsWithAClearError) {
+    std::string why;
+    if (cuda::deviceAvailable(&why)) GTEST_SKIP() << "a GPU is present";
+    try {
+        targetSignature("cuda");
+        FAIL() << "expected an error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("no usable GPU"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
