@@ -39,7 +39,9 @@ const ParameterSpace& Builder::space() {
 
 Builder::Builder(Graph model, std::string model_hash, std::string target)
     : model_(std::move(model)), model_hash_(std::move(model_hash)), target_(std::move(target)), route_(BuildRoute::defaults(space())) {
-    targetSignature(target_);  // validates the target name
+    // Names the target without touching the device (a tuner parent must not start CUDA
+    // before it forks candidate processes).
+    check(target_ == "cpu" || target_ == "cuda", "unknown target '" + target_ + "' (targets: cpu, cuda)");
 }
 
 void Builder::setShapeProfile(ShapeProfile profile) {

@@ -26,9 +26,9 @@ const char* kOutcomeNames[] = {"ok", "build_error", "crash", "timeout", "accurac
 // In a child: builds the route and checks it against the golden data. Returns "" and sets
 // *engine when it passes, else the JSON result that ends the candidate.
 std::string buildAndValidate(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
-                             const AccuracyCriterion& accuracy, Engine* engine) {
+                             const AccuracyCriterion& accuracy, const std::string& target, Engine* engine) {
     try {
-        Builder b(model, model_hash);
+        Builder b(model, model_hash, target);
         b.setBuildRoute(route);
         *engine = b.build();
     } catch (const std::exception& e) {
@@ -61,7 +61,8 @@ std::string timeEngine(const Engine& engine, const Golden& golden, const Measure
         for (int i = 0; i < policy.iterations; ++i) {
             auto t0 = std::chrono::steady_clock::now();
             ctx.run(golden.inputs);
-            samples.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+            const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            samples.push_back(ctx.stats().gpu ? ctx.stats().gpu_compute_ms : wall);  // GPU: compute by device events
         }
         return nlohmann::json{{"outcome", "ok"}, {"samples_ms", samples}}.dump();
     } catch (const std::exception& e) {
@@ -72,7 +73,7 @@ std::string timeEngine(const Engine& engine, const Golden& golden, const Measure
 std::string evaluateInChild(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
                             const AccuracyCriterion& accuracy, const MeasurePolicy& policy) {
     Engine engine;
-    std::string failed = buildAndValidate(model, model_hash, route, golden, accuracy, &engine);
+    std::string failed = buildAndValidate(model, model_hash, route, golden, accuracy, policy.target, &engine);
     return failed.empty() ? timeEngine(engine, golden, policy) : failed;
 }
 
@@ -301,7 +302,7 @@ std::vector<PreparedCandidate> prepareCandidates(const Graph& model, const std::
             children.push_back(spawn(
                 [&, i, path] {
                     Engine engine;
-                    std::string failed = buildAndValidate(model, model_hash, routes[i], golden, accuracy, &engine);
+                    std::string failed = buildAndValidate(model, model_hash, routes[i], golden, accuracy, policy.target, &engine);
                     if (!failed.empty()) return failed;
                     writeEngine(engine, path);
                     return nlohmann::json{{"outcome", "ok"}}.dump();  // validated; timing comes later, alone
@@ -323,6 +324,21 @@ CandidateResult measurePrepared(const PreparedCandidate& p, const Golden& golden
     std::error_code ec;
     std::filesystem::remove(p.engine_path, ec);
     return result[0];
+}
+
+std::string isolatedTargetSignature(const std::string& target) {
+    if (target != "cuda") return targetSignature(target);
+    std::vector<Child> child = {spawn([&] {
+        try {
+            return nlohmann::json{{"outcome", "ok"}, {"message", targetSignature(target)}}.dump();
+        } catch (const std::exception& e) {
+            return nlohmann::json{{"outcome", "build_error"}, {"message", e.what()}}.dump();
+        }
+    }, 60)};
+    std::vector<CandidateResult> result(1);
+    collect(child, result, 60);
+    check(result[0].outcome == Outcome::Ok, result[0].message.empty() ? "target cuda: the device check failed" : result[0].message);
+    return result[0].message;
 }
 
 }  // namespace kiln

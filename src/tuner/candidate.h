@@ -48,7 +48,12 @@ struct MeasurePolicy {
     int warmup = 3;
     int iterations = 10;
     double timeout_s = 120;
+    std::string target = "cpu";  // where candidates are built and timed (cuda: GPU compute by device events)
 };
+
+// The target's signature, read in a child process for cuda: a parent that starts CUDA
+// before forking leaves its children unable to use the GPU.
+std::string isolatedTargetSignature(const std::string& target);
 
 struct CandidateResult {
     std::string route;       // canonical text

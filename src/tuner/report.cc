@@ -82,7 +82,7 @@ std::string svgPlot(const TuneResult& r) {
 void writeTuneReport(const TuneResult& r, const TunerOptions& o, const std::string& path) {
     std::ofstream out(path);
     check(out.good(), "--report: cannot write " + path);
-    const std::string rebuild = "kiln build " + o.model_path + " -o best.engine --route '" + changes(r.best_route) + "'";
+    const std::string rebuild = "kiln build " + o.model_path + (o.policy.target == "cpu" ? "" : " --target " + o.policy.target) + " -o best.engine --route '" + changes(r.best_route) + "'";
     const std::string ext = std::filesystem::path(path).extension().string();
     const nlohmann::json j = toJson(r, o, rebuild);
     if (ext == ".json") {

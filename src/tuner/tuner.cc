@@ -52,8 +52,8 @@ Golden loadGolden(const Graph& model, const TunerOptions& o) {
 
 // Without --expr: every value of each parameter that affects the model. Its cross product
 // is usually far too large to list, so it is searched as a domain (mixed by default).
-Domain defaultDomain(const Graph& model, std::string* expression) {
-    Builder b(model, "");
+Domain defaultDomain(const Graph& model, const std::string& target, std::string* expression) {
+    Builder b(model, "", target);
     Domain d;
     for (const auto& name : b.affectingParameters()) {
         d.emplace_back(name, Builder::space().get(name).values);
@@ -68,7 +68,7 @@ class Search {
 public:
     Search(const TunerOptions& o, TuneResult& result, const Graph& model, std::string model_hash, const Golden& golden)
         : o_(o), result_(result), model_(model), model_hash_(std::move(model_hash)), golden_(golden),
-          cache_(o.cache_path, CacheKey{model_hash_, targetSignature("cpu"), KILN_VERSION}, o.resume), start_(std::chrono::steady_clock::now()) {
+          cache_(o.cache_path, CacheKey{model_hash_, isolatedTargetSignature(o.policy.target), KILN_VERSION}, o.resume), start_(std::chrono::steady_clock::now()) {
         result_.warnings = cache_.warnings();
     }
 
@@ -265,7 +265,7 @@ TuneResult tune(const TunerOptions& o) {
     Domain domain;
     double combinations = 1;
     if (o.expr.empty()) {
-        domain = defaultDomain(model, &result.expression);
+        domain = defaultDomain(model, o.policy.target, &result.expression);
         for (const auto& [name, values] : domain) combinations *= static_cast<double>(values.size());
         if (combinations <= kExhaustiveLimit) routes = expandRouteExpression(result.expression, Builder::space(), o.seed).routes;
     } else {
