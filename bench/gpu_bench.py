@@ -150,12 +150,12 @@ def bench_one(args, name, batch, compile_modes):
     torch.backends.cudnn.allow_tf32 = False
     model = model.cuda()
     with torch.inference_mode():
-        ref = model(**dev).float().cpu().numpy()
+        ref = model(*dev.values()).float().cpu().numpy()
         m16 = model.half()
         dev16 = {k: (v.half() if v.is_floating_point() else v) for k, v in dev.items()}
-        eager_out = m16(**dev16).float().cpu().numpy()
+        eager_out = m16(*dev16.values()).float().cpu().numpy()
     row["eager_fp16_rel_l2"] = rel_l2(eager_out, ref)
-    row["eager_fp16_ms"] = time_cuda(lambda: m16(**dev16))
+    row["eager_fp16_ms"] = time_cuda(lambda: m16(*dev16.values()))
     for mode in compile_modes:
         key = "compile_" + mode.replace("-", "_") + "_ms"
         try:
@@ -163,9 +163,9 @@ def bench_one(args, name, batch, compile_modes):
             t0 = time.time()
             cm = torch.compile(m16, mode=None if mode == "default" else mode)
             with torch.inference_mode():
-                cm(**dev16)
+                cm(*dev16.values())
             row[key.replace("_ms", "_compile_s")] = round(time.time() - t0, 1)
-            row[key] = time_cuda(lambda: cm(**dev16))
+            row[key] = time_cuda(lambda: cm(*dev16.values()))
         except Exception as e:
             row[key] = None
             row[key.replace("_ms", "_error")] = f"{type(e).__name__}: {str(e)[:200]}"
@@ -183,6 +183,7 @@ def bench_one(args, name, batch, compile_modes):
     run([args.kiln, "run", engine, *input_flags, "--outputs-dir", outdir, "--npy"])
     got = np.load(os.path.join(outdir, "output_0.npy"))
     row["kiln_rel_l2"] = rel_l2(got, ref)
+    row["kiln_vs_eager16_rel_l2"] = rel_l2(got, eager_out)
     bench = json.loads(run([args.kiln, "bench", engine, *input_flags, "--json", "--iterations", "100", "--duration", "2"]))
     g = bench.get("gpu", {})
     row["kiln_ms"] = g.get("compute_ms", {}).get("median")

@@ -62,6 +62,7 @@ void* Resources::scratch(int slot, size_t bytes) {
 
 const DeviceTensor& OpContext::input(size_t i) const {
     if (!has(i)) throw Error(node.describe() + ": input " + std::to_string(i) + " is missing");
+    if (!inputs[i]->data && materialize) materialize(i);
     return *inputs[i];
 }
 
@@ -88,7 +89,8 @@ void OpContext::require(bool ok, const std::string& message) const {
 }
 
 std::vector<int64_t> OpContext::hostInts(size_t i) const {
-    const DeviceTensor& t = input(i);
+    if (!has(i)) throw Error(node.describe() + ": input " + std::to_string(i) + " is missing");
+    const DeviceTensor& t = *inputs[i];  // the host copy is enough: no upload
     if (!t.host) unsupported("input " + std::to_string(i) + " is computed on the device and read as shape data");
     return t.host->toInt64Vector();
 }

@@ -72,6 +72,8 @@ struct OpContext {
     std::unique_ptr<NodeState>* state = nullptr;
     std::function<DeviceTensor(size_t, DType, const Dims&)> allocate;  // physical dtype
     std::vector<int> aliases;    // per output: index of the input it views, or -1
+    // Copies a host-only input (shape data the CPU computed) to the device on first access.
+    std::function<void(size_t)> materialize;
 
     cudaStream_t stream() const { return res.stream(); }
     size_t numInputs() const { return inputs.size(); }

@@ -58,6 +58,7 @@ __global__ void fusedAttentionKernel(const T* q, const T* kt, const T* v, const 
 void launchFusedAttention(DType t, const void* q, const void* kt, const void* v, DType mt, const void* mask, const View6& vm,
                           const Shape6& score_shape, void* out, int64_t batch, int64_t S, int64_t T, int64_t D, int64_t E, float scale,
                           cudaStream_t s) {
+    clearStaleError();
     if (batch == 0 || S == 0 || E == 0) return;
     check(T > 0 && T <= kFusedAttentionMaxKeys && D <= kFusedAttentionMaxHead && E <= kFusedAttentionMaxHead,
           "fused attention: sequence or head size outside the kernel's limits");
@@ -71,7 +72,7 @@ void launchFusedAttention(DType t, const void* q, const void* kt, const void* v,
             auto kernel = fusedAttentionKernel<T_, M>;
             if (smem > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
             kernel<<<grid, kRowsPerBlock * 32, smem, s>>>(static_cast<const T_*>(q), static_cast<const T_*>(kt), static_cast<const T_*>(v),
-                                                          static_cast<const M*>(mask), vm, score_shape, static_cast<T_*>(out), S, T, D, E, scale);
+                                                          static_cast<const M*>(mask), classifyView(vm, score_shape), score_shape, static_cast<T_*>(out), S, T, D, E, scale);
         });
     });
     checkLaunch("fused attention");

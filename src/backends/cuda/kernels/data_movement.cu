@@ -80,16 +80,18 @@ __global__ void rowMeanKernel(const T* x, T* y, int64_t inner) {
 
 }  // namespace
 
-void launchStridedCopy(size_t elem, const void* src, const View6& sv, void* dst, const View6& dv, const Shape6& shape, cudaStream_t s) {
+void launchStridedCopy(size_t elem, const void* src, const View6& sv_in, void* dst, const View6& dv_in, const Shape6& shape, cudaStream_t s) {
+    clearStaleError();
     const int64_t n = shape.numel();
     if (n == 0) return;
-    if (sv.dense && dv.dense) {
-        const cudaError_t e = cudaMemcpyAsync(static_cast<char*>(dst) + dv.offset * elem, static_cast<const char*>(src) + sv.offset * elem, n * elem,
+    if (sv_in.dense && dv_in.dense) {
+        const cudaError_t e = cudaMemcpyAsync(static_cast<char*>(dst) + dv_in.offset * elem, static_cast<const char*>(src) + sv_in.offset * elem, n * elem,
                                               cudaMemcpyDeviceToDevice, s);
         check(e == cudaSuccess, std::string("CUDA copy: ") + cudaGetErrorString(e));
         return;
     }
     const unsigned grid = gridFor(n, kThreads);
+    const View6 sv = classifyView(sv_in, shape), dv = classifyView(dv_in, shape);
     switch (elem) {
         case 1: stridedCopyKernel<uint8_t><<<grid, kThreads, 0, s>>>(static_cast<const uint8_t*>(src), sv, static_cast<uint8_t*>(dst), dv, shape, n); break;
         case 2: stridedCopyKernel<uint16_t><<<grid, kThreads, 0, s>>>(static_cast<const uint16_t*>(src), sv, static_cast<uint16_t*>(dst), dv, shape, n); break;
@@ -102,6 +104,7 @@ void launchStridedCopy(size_t elem, const void* src, const View6& sv, void* dst,
 
 void launchGather(size_t elem, const void* data, DType index_type, const void* indices, void* out, int64_t outer, int64_t axis_len,
                   int64_t n_indices, int64_t inner, cudaStream_t s) {
+    clearStaleError();
     const int64_t n = outer * n_indices * inner;
     if (n == 0) return;
     check(axis_len > 0, "CUDA Gather: empty axis");
@@ -128,6 +131,7 @@ void launchGather(size_t elem, const void* data, DType index_type, const void* i
 }
 
 void launchPool2d(DType t, const Pool2d& p, const void* x, void* y, cudaStream_t s) {
+    clearStaleError();
     const int64_t total = p.n * p.c * p.oh * p.ow;
     if (total == 0) return;
     dispatchDeviceFloat(t, "pool", [&](auto* tag) {
@@ -138,6 +142,7 @@ void launchPool2d(DType t, const Pool2d& p, const void* x, void* y, cudaStream_t
 }
 
 void launchRowMean(DType t, const void* x, void* y, int64_t outer, int64_t inner, cudaStream_t s) {
+    clearStaleError();
     if (outer == 0) return;
     check(outer < (int64_t(1) << 31), "CUDA row mean: too many rows");
     dispatchDeviceFloat(t, "GlobalAveragePool", [&](auto* tag) {

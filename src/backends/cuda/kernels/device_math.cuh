@@ -51,10 +51,29 @@ __device__ __forceinline__ float applyUnary(const UnaryFn& f, float v) {
     return v;
 }
 
-// Offset of flat index i of `shape` in an operand read through `v`.
+// Offset of flat index i of `shape` in an operand read through a classified view.
 __device__ __forceinline__ int64_t viewOffset(const View6& v, const Shape6& shape, int64_t i) {
-    if (v.dense) return v.offset + i;
+    switch (v.kind) {
+        case kViewDense: return v.offset + i;
+        case kViewScalar: return v.offset;
+        case kViewChannel:
+            if (v.small) return v.offset + static_cast<int64_t>((static_cast<uint32_t>(i) / static_cast<uint32_t>(v.div)) % static_cast<uint32_t>(v.mod)) * v.stride;
+            return v.offset + ((i / v.div) % v.mod) * v.stride;
+        case kViewModulo:
+            if (v.small) return v.offset + static_cast<int64_t>(static_cast<uint32_t>(i) % static_cast<uint32_t>(v.mod));
+            return v.offset + i % v.mod;
+        default: break;
+    }
     int64_t off = v.offset;
+    if (v.small) {
+        uint32_t j = static_cast<uint32_t>(i);
+        for (int d = shape.rank - 1; d >= 0; --d) {
+            const uint32_t n = static_cast<uint32_t>(shape.dims[d]);
+            off += static_cast<int64_t>(j % n) * v.strides[d];
+            j /= n;
+        }
+        return off;
+    }
     for (int d = shape.rank - 1; d >= 0; --d) {
         const int64_t c = i % shape.dims[d];
         i /= shape.dims[d];
@@ -67,6 +86,10 @@ inline unsigned gridFor(int64_t n, int threads) {
     int64_t blocks = (n + threads - 1) / threads;
     return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 1048576 ? 1048576 : blocks));
 }
+
+// Drops an error an earlier, unrelated runtime call left behind (libraries leave some), so
+// that checkLaunch reports only this launch's own failure.
+inline void clearStaleError() { (void)cudaGetLastError(); }
 
 // Raises Error for a failed launch (bad configuration, missing kernel image).
 inline void checkLaunch(const char* kernel) {

@@ -6,6 +6,52 @@ namespace kiln::cuda {
 
 bool isDeviceFloat(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
+View6 classifyView(View6 v, const Shape6& shape) {
+    const int64_t n = shape.numel();
+    v.small = n < (int64_t(1) << 31);
+    if (v.dense) {
+        v.kind = kViewDense;
+        return v;
+    }
+    // Strides of dims of size 1 never matter.
+    int64_t st[kMaxRank];
+    for (int d = 0; d < shape.rank; ++d) st[d] = shape.dims[d] == 1 ? 0 : v.strides[d];
+    int nonzero = 0, first = -1;
+    for (int d = 0; d < shape.rank; ++d)
+        if (st[d] != 0) {
+            ++nonzero;
+            if (first < 0) first = d;
+        }
+    if (nonzero == 0) {
+        v.kind = kViewScalar;
+        return v;
+    }
+    // A suffix read contiguously, everything before it broadcast.
+    bool suffix = true;
+    int64_t expect = 1;
+    for (int d = shape.rank - 1; d >= first; --d) {
+        if (shape.dims[d] != 1 && st[d] != expect) suffix = false;
+        expect *= shape.dims[d];
+    }
+    if (suffix) {
+        v.mod = expect;
+        v.kind = first == 0 && v.offset == 0 ? kViewDense : kViewModulo;
+        if (v.kind == kViewDense) v.dense = true;
+        return v;
+    }
+    if (nonzero == 1) {
+        int64_t inner = 1;
+        for (int d = shape.rank - 1; d > first; --d) inner *= shape.dims[d];
+        v.kind = kViewChannel;
+        v.div = inner;
+        v.mod = shape.dims[first];
+        v.stride = st[first];
+        return v;
+    }
+    v.kind = kViewGeneral;
+    return v;
+}
+
 namespace {
 
 constexpr int kThreads = 256;
@@ -155,6 +201,7 @@ void dispatchAny(DType t, F&& f) {
 }  // namespace
 
 void launchUnary(DType t, UnaryFn f, const void* x, void* y, int64_t n, cudaStream_t s) {
+    clearStaleError();
     if (n == 0) return;
     dispatchDeviceFloat(t, "unary", [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
@@ -165,16 +212,18 @@ void launchUnary(DType t, UnaryFn f, const void* x, void* y, int64_t n, cudaStre
 
 void launchBinary(DType t, BinaryOp op, const void* a, const View6& va, const void* b, const View6& vb, void* y, const Shape6& shape,
                   UnaryFn post, cudaStream_t s) {
+    clearStaleError();
     const int64_t n = shape.numel();
     if (n == 0) return;
     const unsigned grid = gridFor(n, kThreads);
+    const View6 ca = classifyView(va, shape), cb = classifyView(vb, shape);
     if (isLogical(op)) {
         check(t == DType::Bool, "CUDA logical op needs Bool inputs");
-        logicalKernel<<<grid, kThreads, 0, s>>>(op, static_cast<const bool*>(a), va, static_cast<const bool*>(b), vb, static_cast<bool*>(y), shape, n);
+        logicalKernel<<<grid, kThreads, 0, s>>>(op, static_cast<const bool*>(a), ca, static_cast<const bool*>(b), cb, static_cast<bool*>(y), shape, n);
     } else if (isComparison(op)) {
         auto run = [&](auto* tag) {
             using T = std::remove_pointer_t<decltype(tag)>;
-            compareKernel<T><<<grid, kThreads, 0, s>>>(op, static_cast<const T*>(a), va, static_cast<const T*>(b), vb, static_cast<bool*>(y), shape, n);
+            compareKernel<T><<<grid, kThreads, 0, s>>>(op, static_cast<const T*>(a), ca, static_cast<const T*>(b), cb, static_cast<bool*>(y), shape, n);
         };
         if (t == DType::I64) run(static_cast<int64_t*>(nullptr));
         else if (t == DType::I32) run(static_cast<int32_t*>(nullptr));
@@ -182,19 +231,20 @@ void launchBinary(DType t, BinaryOp op, const void* a, const View6& va, const vo
     } else if (t == DType::I64 || t == DType::I32) {
         check(op != BinaryOp::Pow && post.op == UnaryOp::Identity, "CUDA integer Pow is not supported");
         if (t == DType::I64)
-            binaryIntKernel<int64_t><<<grid, kThreads, 0, s>>>(op, static_cast<const int64_t*>(a), va, static_cast<const int64_t*>(b), vb, static_cast<int64_t*>(y), shape, n);
+            binaryIntKernel<int64_t><<<grid, kThreads, 0, s>>>(op, static_cast<const int64_t*>(a), ca, static_cast<const int64_t*>(b), cb, static_cast<int64_t*>(y), shape, n);
         else
-            binaryIntKernel<int32_t><<<grid, kThreads, 0, s>>>(op, static_cast<const int32_t*>(a), va, static_cast<const int32_t*>(b), vb, static_cast<int32_t*>(y), shape, n);
+            binaryIntKernel<int32_t><<<grid, kThreads, 0, s>>>(op, static_cast<const int32_t*>(a), ca, static_cast<const int32_t*>(b), cb, static_cast<int32_t*>(y), shape, n);
     } else {
         dispatchDeviceFloat(t, "binary", [&](auto* tag) {
             using T = std::remove_pointer_t<decltype(tag)>;
-            binaryFloatKernel<T><<<grid, kThreads, 0, s>>>(op, static_cast<const T*>(a), va, static_cast<const T*>(b), vb, static_cast<T*>(y), shape, post, n);
+            binaryFloatKernel<T><<<grid, kThreads, 0, s>>>(op, static_cast<const T*>(a), ca, static_cast<const T*>(b), cb, static_cast<T*>(y), shape, post, n);
         });
     }
     checkLaunch("binary");
 }
 
 void launchCast(DType from, DType to, const void* x, void* y, int64_t n, cudaStream_t s) {
+    clearStaleError();
     if (n == 0) return;
     if (from == to) {
         if (x != y) {
@@ -215,12 +265,14 @@ void launchCast(DType from, DType to, const void* x, void* y, int64_t n, cudaStr
 
 void launchWhere(size_t elem, const void* cond, const View6& vc, const void* x, const View6& vx, const void* y, const View6& vy, void* out,
                  const Shape6& shape, cudaStream_t s) {
+    clearStaleError();
     const int64_t n = shape.numel();
     if (n == 0) return;
     const unsigned grid = gridFor(n, kThreads);
+    const View6 cc = classifyView(vc, shape), cx = classifyView(vx, shape), cy = classifyView(vy, shape);
     auto run = [&](auto* tag) {
         using E = std::remove_pointer_t<decltype(tag)>;
-        whereKernel<E><<<grid, kThreads, 0, s>>>(static_cast<const bool*>(cond), vc, static_cast<const E*>(x), vx, static_cast<const E*>(y), vy,
+        whereKernel<E><<<grid, kThreads, 0, s>>>(static_cast<const bool*>(cond), cc, static_cast<const E*>(x), cx, static_cast<const E*>(y), cy,
                                                  static_cast<E*>(out), shape, n);
     };
     switch (elem) {
@@ -233,9 +285,12 @@ void launchWhere(size_t elem, const void* cond, const View6& vc, const void* x, 
     checkLaunch("where");
 }
 
-void launchChain(DType t, const ChainProgram& program, void* out, const Shape6& shape, cudaStream_t s) {
+void launchChain(DType t, const ChainProgram& program_in, void* out, const Shape6& shape, cudaStream_t s) {
+    clearStaleError();
     const int64_t n = shape.numel();
     if (n == 0) return;
+    ChainProgram program = program_in;
+    for (int k = 0; k < program.inputs; ++k) program.views[k] = classifyView(program.views[k], shape);
     dispatchDeviceFloat(t, "ElementwiseChain", [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
         chainKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(program, static_cast<T*>(out), shape, n);
@@ -245,11 +300,13 @@ void launchChain(DType t, const ChainProgram& program, void* out, const Shape6& 
 
 void launchEpilogue(DType t, void* y, const Shape6& shape, const void* z, const View6& vz, UnaryFn act, cudaStream_t s, const void* z2,
                     const View6& vz2) {
+    clearStaleError();
     const int64_t n = shape.numel();
     if (n == 0 || (!z && !z2 && act.op == UnaryOp::Identity)) return;
     dispatchDeviceFloat(t, "epilogue", [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
-        epilogueKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(y), shape, static_cast<const T*>(z), vz, static_cast<const T*>(z2), vz2, act, n);
+        epilogueKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(y), shape, static_cast<const T*>(z), classifyView(vz, shape), static_cast<const T*>(z2),
+                                                                     classifyView(vz2, shape), act, n);
     });
     checkLaunch("epilogue");
 }

@@ -26,12 +26,21 @@ struct Shape6 {
 
 // How one operand is read over a Shape6: element offset + sum(coord[d] * strides[d]).
 // Broadcast dims have stride 0. `dense` marks strides equal to the row-major ones of the
-// shape (offset i for flat index i), which kernels take as a fast path.
+// shape (offset i for flat index i). Launchers classify each view (classifyView) so that
+// kernels take the cheap common forms without per-dimension index arithmetic.
 struct View6 {
     int64_t offset = 0;
     int64_t strides[kMaxRank] = {};
     bool dense = false;
+    // Set by classifyView.
+    int32_t kind = 0;        // ViewKind
+    bool small = false;      // every index fits 32 bits: kernels divide in 32-bit
+    int64_t div = 1, mod = 1, stride = 0;
 };
+enum ViewKind : int32_t { kViewGeneral = 0, kViewDense, kViewScalar, kViewChannel, kViewModulo };
+// Picks the cheapest form that reads `v` over `shape`: dense, scalar, one broadcast
+// channel ((i / div) % mod * stride), a dense suffix (i % mod), or general.
+View6 classifyView(View6 v, const Shape6& shape);
 
 enum class UnaryOp : int32_t {
     Identity, Relu, Sigmoid, Tanh, LeakyRelu, Clip, HardSigmoid, HardSwish, Gelu, GeluTanh, Softplus,

@@ -93,6 +93,7 @@ unsigned rowGrid(int64_t rows) {
 
 void launchLayerNorm(DType t, DType pt, const void* x, const void* scale, const void* bias, void* y, int64_t rows, int64_t cols, float eps,
                      cudaStream_t s) {
+    clearStaleError();
     if (rows == 0 || cols == 0) return;
     dispatchDeviceFloat(t, "LayerNormalization", [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
@@ -106,6 +107,7 @@ void launchLayerNorm(DType t, DType pt, const void* x, const void* scale, const 
 }
 
 void launchSoftmax(DType t, const void* x, void* y, int64_t rows, int64_t cols, bool log, cudaStream_t s) {
+    clearStaleError();
     if (rows == 0 || cols == 0) return;
     dispatchDeviceFloat(t, "Softmax", [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
@@ -116,6 +118,7 @@ void launchSoftmax(DType t, const void* x, void* y, int64_t rows, int64_t cols, 
 
 void launchScaledMaskedSoftmax(DType t, const float* scores, float scale, DType mt, const void* mask, const View6& vm, const Shape6& shape,
                                void* p, cudaStream_t s) {
+    clearStaleError();
     const int64_t cols = shape.dims[shape.rank - 1];
     const int64_t rows = cols ? shape.numel() / cols : 0;
     if (rows == 0) return;
@@ -123,7 +126,7 @@ void launchScaledMaskedSoftmax(DType t, const float* scores, float scale, DType 
         using T = std::remove_pointer_t<decltype(tag)>;
         dispatchDeviceFloat(mask ? mt : t, "attention mask", [&](auto* mtag) {
             using M = std::remove_pointer_t<decltype(mtag)>;
-            scaledMaskedSoftmaxKernel<T, M><<<rowGrid(rows), threadsFor(cols), 0, s>>>(scores, scale, static_cast<const M*>(mask), vm, shape,
+            scaledMaskedSoftmaxKernel<T, M><<<rowGrid(rows), threadsFor(cols), 0, s>>>(scores, scale, static_cast<const M*>(mask), classifyView(vm, shape), shape,
                                                                                        static_cast<T*>(p));
         });
     });
