@@ -203,10 +203,12 @@ def main():
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--compile", default="default,max-autotune", help="torch.compile modes to time ('' for none)")
     ap.add_argument("--max-autotune-batches", default="1", help="batches at which max-autotune is timed (its compile is slow)")
+    ap.add_argument("--max-autotune-models", default="", help="models for which max-autotune is timed (default: all)")
     args = ap.parse_args()
     os.makedirs(WORK, exist_ok=True)
     modes = [m for m in args.compile.split(",") if m]
     ma_batches = {int(b) for b in args.max_autotune_batches.split(",") if b}
+    ma_models = set(args.max_autotune_models.split(",")) if args.max_autotune_models else None
     rows = []
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -218,7 +220,7 @@ def main():
     }
     for name in args.models.split(","):
         for batch in [int(b) for b in args.batches.split(",")]:
-            use = [m for m in modes if m != "max-autotune" or batch in ma_batches]
+            use = [m for m in modes if m != "max-autotune" or (batch in ma_batches and (ma_models is None or name in ma_models))]
             print(f"== {name} batch {batch}", flush=True)
             try:
                 row = bench_one(args, name, batch, use)

@@ -64,20 +64,27 @@ __device__ __forceinline__ int64_t viewOffset(const View6& v, const Shape6& shap
             return v.offset + i % v.mod;
         default: break;
     }
+    // Unrolled with constant indices: a run-time index into the kernel-parameter structs
+    // would make every thread copy them to local memory (seen: 40x slower kernels).
     int64_t off = v.offset;
     if (v.small) {
         uint32_t j = static_cast<uint32_t>(i);
-        for (int d = shape.rank - 1; d >= 0; --d) {
-            const uint32_t n = static_cast<uint32_t>(shape.dims[d]);
-            off += static_cast<int64_t>(j % n) * v.strides[d];
-            j /= n;
+#pragma unroll
+        for (int d = kMaxRank - 1; d >= 0; --d) {
+            if (d < shape.rank) {
+                const uint32_t n = static_cast<uint32_t>(shape.dims[d]);
+                off += static_cast<int64_t>(j % n) * v.strides[d];
+                j /= n;
+            }
         }
         return off;
     }
-    for (int d = shape.rank - 1; d >= 0; --d) {
-        const int64_t c = i % shape.dims[d];
-        i /= shape.dims[d];
-        off += c * v.strides[d];
+#pragma unroll
+    for (int d = kMaxRank - 1; d >= 0; --d) {
+        if (d < shape.rank) {
+            off += (i % shape.dims[d]) * v.strides[d];
+            i /= shape.dims[d];
+        }
     }
     return off;
 }

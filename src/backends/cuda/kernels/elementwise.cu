@@ -155,13 +155,22 @@ __global__ void whereKernel(const bool* c, View6 vc, const E* x, View6 vx, const
 template <typename T>
 __global__ void chainKernel(ChainProgram p, T* out, Shape6 shape, int64_t n) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-        float v = toFloat(static_cast<const T*>(p.data[0])[viewOffset(p.views[0], shape, i)]);
-        for (int s = 0; s < p.steps; ++s) {
+        // Every operand read once, with constant indices into the program (see viewOffset).
+        float in[kMaxChainInputs];
+#pragma unroll
+        for (int k = 0; k < kMaxChainInputs; ++k)
+            in[k] = k < p.inputs ? toFloat(static_cast<const T*>(p.data[k])[viewOffset(p.views[k], shape, i)]) : 0.f;
+        float v = in[0];
+#pragma unroll
+        for (int s = 0; s < kMaxChainSteps; ++s) {
+            if (s >= p.steps) break;
             if (p.operand[s] < 0) {
                 v = applyUnary(p.unary[s], v);
             } else {
-                const int k = p.operand[s];
-                const float o = toFloat(static_cast<const T*>(p.data[k])[viewOffset(p.views[k], shape, i)]);
+                float o = 0.f;
+#pragma unroll
+                for (int k = 0; k < kMaxChainInputs; ++k)
+                    if (k == p.operand[s]) o = in[k];
                 v = p.swapped[s] ? arith<T>(p.op[s], o, v) : arith<T>(p.op[s], v, o);
             }
             v = toFloat(fromFloat<T>(v));  // the unfused graph stores every intermediate in T
