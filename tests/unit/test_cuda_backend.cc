@@ -59,7 +59,9 @@ void expectMatches(const Engine& engine, const TensorMap& inputs, const std::vec
         }
     }
     EXPECT_TRUE(ctx.stats().gpu);
-    if (ctx.stats().cpu_nodes.empty()) EXPECT_EQ(ctx.stats().graph_replayed, graphs) << what << ": CUDA graph replay on the third run";
+    if (ctx.stats().cpu_nodes.empty()) {
+        EXPECT_EQ(ctx.stats().graph_replayed, graphs) << what << ": CUDA graph replay on the third run";
+    }
     for (const auto& n : ctx.stats().cpu_nodes) ADD_FAILURE() << what << ": node on the CPU: " << n;
 }
 
