@@ -1,0 +1,70 @@
+#include "llm/decoder_config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ir/error.h"
+
+namespace kiln::llm {
+
+DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::string& where) {
+    const nlohmann::json j = nlohmann::json::parse(json_text, nullptr, false);
+    check(j.is_object(), where + ": not a JSON object");
+    auto integer = [&](std::initializer_list<const char*> keys, int64_t fallback = -1) {
+        for (const char* k : keys)
+            if (j.contains(k)) {
+                check(j[k].is_number_integer() && j[k].get<int64_t>() > 0, where + ": '" + k + "' must be a positive integer");
+                return j[k].get<int64_t>();
+            }
+        check(fallback >= 0, where + ": missing '" + std::string(*keys.begin()) + "'");
+        return fallback;
+    };
+    auto number = [&](const char* k, double fallback) {
+        if (!j.contains(k)) return static_cast<float>(fallback);
+        check(j[k].is_number(), where + ": '" + std::string(k) + "' must be a number");
+        return j[k].get<float>();
+    };
+    const std::string type = j.value("model_type", "");
+    DecoderConfig c;
+    if (type == "gpt2") {
+        c.family = Family::Gpt2;
+        c.hidden = integer({"n_embd", "hidden_size"});
+        c.layers = integer({"n_layer", "num_hidden_layers"});
+        c.heads = integer({"n_head", "num_attention_heads"});
+        c.kv_heads = c.heads;
+        c.intermediate = integer({"n_inner"}, 4 * c.hidden);
+        c.max_positions = integer({"n_positions", "max_position_embeddings"});
+        c.norm_eps = number("layer_norm_epsilon", 1e-5);
+        c.tie_embeddings = true;
+    } else if (type == "llama" || type == "mistral" || type == "qwen2") {
+        c.family = Family::Llama;
+        c.hidden = integer({"hidden_size"});
+        c.layers = integer({"num_hidden_layers"});
+        c.heads = integer({"num_attention_heads"});
+        c.kv_heads = integer({"num_key_value_heads"}, c.heads);
+        c.intermediate = integer({"intermediate_size"});
+        c.max_positions = integer({"max_position_embeddings"}, 2048);
+        c.norm_eps = number("rms_norm_eps", 1e-6);
+        c.rope_theta = number("rope_theta", 10000.0);
+        c.tie_embeddings = j.value("tie_word_embeddings", false);
+    } else {
+        throw Error(where + ": model_type '" + type + "' is not supported (gpt2, llama, mistral, qwen2)");
+    }
+    c.vocab = integer({"vocab_size"});
+    check(c.hidden % c.heads == 0, where + ": hidden size " + std::to_string(c.hidden) + " is not a multiple of the heads " + std::to_string(c.heads));
+    check(c.heads % c.kv_heads == 0, where + ": attention heads are not a multiple of the key/value heads");
+    c.head_dim = integer({"head_dim"}, c.hidden / c.heads);
+    check(c.family == Family::Gpt2 || c.head_dim % 2 == 0, where + ": RoPE needs an even head size");
+    return c;
+}
+
+DecoderConfig DecoderConfig::load(const std::filesystem::path& path) {
+    std::ifstream in(path);
+    check(in.good(), path.string() + ": cannot open");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return parse(ss.str(), path.string());
+}
+
+}  // namespace kiln::llm

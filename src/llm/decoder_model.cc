@@ -1,0 +1,232 @@
+#include "llm/decoder_model.h"
+
+#include <cmath>
+
+#include "ir/error.h"
+#include "llm/safetensors.h"
+
+namespace kiln::llm {
+
+namespace {
+
+std::vector<float> toFloats(const Tensor& t) {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<float>(t.scalarAt(i));
+    return v;
+}
+
+// The weight named `name` (trying the given prefixes) with the expected shape.
+const Tensor& weight(const std::map<std::string, Tensor>& w, const std::vector<std::string>& prefixes, const std::string& name, const Dims& dims) {
+    for (const auto& p : prefixes) {
+        auto it = w.find(p + name);
+        if (it == w.end()) continue;
+        check(it->second.dims() == dims, "weight '" + p + name + "' has shape " + dimsToString(it->second.dims()) + ", the config implies " + dimsToString(dims));
+        check(isFloating(it->second.dtype()), "weight '" + p + name + "' is not a float tensor");
+        return it->second;
+    }
+    throw Error("missing weight '" + prefixes.front() + name + "'");
+}
+
+// nn.Linear stores [out][in]; the forward pass wants [in][out].
+std::vector<float> transposed(const Tensor& t) {
+    const int64_t rows = t.dims()[0], cols = t.dims()[1];
+    std::vector<float> src = toFloats(t), out(src.size());
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = src[r * cols + c];
+    return out;
+}
+
+// y[out] (+)= x[in] * w[in][out]
+void matvec(const float* x, const std::vector<float>& w, const std::vector<float>* bias, int64_t in, int64_t out, float* y) {
+    for (int64_t o = 0; o < out; ++o) y[o] = bias && !bias->empty() ? (*bias)[o] : 0.f;
+    for (int64_t i = 0; i < in; ++i) {
+        const float xi = x[i];
+        const float* row = w.data() + i * out;
+        for (int64_t o = 0; o < out; ++o) y[o] += xi * row[o];
+    }
+}
+
+void layerNorm(const float* x, const std::vector<float>& w, const std::vector<float>& b, int64_t n, float eps, bool rms, float* y) {
+    double mean = 0, var = 0;
+    if (!rms) {
+        for (int64_t i = 0; i < n; ++i) mean += x[i];
+        mean /= static_cast<double>(n);
+    }
+    for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+    const double inv = 1.0 / std::sqrt(var / static_cast<double>(n) + eps);
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>((x[i] - mean) * inv) * w[i] + (b.empty() ? 0.f : b[i]);
+}
+
+void rope(float* v, int64_t heads, int64_t dim, int64_t pos, float theta) {
+    const int64_t half = dim / 2;
+    for (int64_t h = 0; h < heads; ++h) {
+        float* x = v + h * dim;
+        for (int64_t i = 0; i < half; ++i) {
+            const double angle = static_cast<double>(pos) * std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(dim));
+            const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+            const float a = x[i], b = x[i + half];
+            x[i] = a * c - b * s;
+            x[i + half] = b * c + a * s;
+        }
+    }
+}
+
+}  // namespace
+
+DecoderModel::DecoderModel(DecoderConfig config, const std::map<std::string, Tensor>& w) : config_(config) {
+    const DecoderConfig& c = config_;
+    const int64_t H = c.hidden, D = c.head_dim, Q = c.heads * D, KV = c.kv_heads * D, I = c.intermediate;
+    if (c.family == Family::Gpt2) {
+        const std::vector<std::string> p = {"transformer.", ""};
+        embed_ = toFloats(weight(w, p, "wte.weight", {c.vocab, H}));
+        positions_ = toFloats(weight(w, p, "wpe.weight", {c.max_positions, H}));
+        final_w_ = toFloats(weight(w, p, "ln_f.weight", {H}));
+        final_b_ = toFloats(weight(w, p, "ln_f.bias", {H}));
+        for (int64_t l = 0; l < c.layers; ++l) {
+            const std::string n = "h." + std::to_string(l) + ".";
+            Layer L;
+            L.norm1_w = toFloats(weight(w, p, n + "ln_1.weight", {H}));
+            L.norm1_b = toFloats(weight(w, p, n + "ln_1.bias", {H}));
+            L.norm2_w = toFloats(weight(w, p, n + "ln_2.weight", {H}));
+            L.norm2_b = toFloats(weight(w, p, n + "ln_2.bias", {H}));
+            // GPT-2's Conv1D stores [in][out]; c_attn packs q, k, v along out.
+            const std::vector<float> qkv = toFloats(weight(w, p, n + "attn.c_attn.weight", {H, 3 * H}));
+            const std::vector<float> qkv_b = toFloats(weight(w, p, n + "attn.c_attn.bias", {3 * H}));
+            for (auto* m : {&L.wq, &L.wk, &L.wv}) m->resize(H * H);
+            for (int64_t i = 0; i < H; ++i)
+                for (int64_t o = 0; o < H; ++o) {
+                    L.wq[i * H + o] = qkv[i * 3 * H + o];
+                    L.wk[i * H + o] = qkv[i * 3 * H + H + o];
+                    L.wv[i * H + o] = qkv[i * 3 * H + 2 * H + o];
+                }
+            L.bq.assign(qkv_b.begin(), qkv_b.begin() + H);
+            L.bk.assign(qkv_b.begin() + H, qkv_b.begin() + 2 * H);
+            L.bv.assign(qkv_b.begin() + 2 * H, qkv_b.end());
+            L.wo = toFloats(weight(w, p, n + "attn.c_proj.weight", {H, H}));
+            L.bo = toFloats(weight(w, p, n + "attn.c_proj.bias", {H}));
+            L.w_up = toFloats(weight(w, p, n + "mlp.c_fc.weight", {H, I}));
+            L.b_up = toFloats(weight(w, p, n + "mlp.c_fc.bias", {I}));
+            L.w_down = toFloats(weight(w, p, n + "mlp.c_proj.weight", {I, H}));
+            L.b_down = toFloats(weight(w, p, n + "mlp.c_proj.bias", {H}));
+            layers_.push_back(std::move(L));
+        }
+        lm_head_ = transposed(weight(w, p, "wte.weight", {c.vocab, H}));
+    } else {
+        const std::vector<std::string> p = {"model.", ""};
+        embed_ = toFloats(weight(w, p, "embed_tokens.weight", {c.vocab, H}));
+        final_w_ = toFloats(weight(w, p, "norm.weight", {H}));
+        for (int64_t l = 0; l < c.layers; ++l) {
+            const std::string n = "layers." + std::to_string(l) + ".";
+            Layer L;
+            L.norm1_w = toFloats(weight(w, p, n + "input_layernorm.weight", {H}));
+            L.norm2_w = toFloats(weight(w, p, n + "post_attention_layernorm.weight", {H}));
+            L.wq = transposed(weight(w, p, n + "self_attn.q_proj.weight", {Q, H}));
+            L.wk = transposed(weight(w, p, n + "self_attn.k_proj.weight", {KV, H}));
+            L.wv = transposed(weight(w, p, n + "self_attn.v_proj.weight", {KV, H}));
+            L.wo = transposed(weight(w, p, n + "self_attn.o_proj.weight", {H, Q}));
+            L.w_gate = transposed(weight(w, p, n + "mlp.gate_proj.weight", {I, H}));
+            L.w_up = transposed(weight(w, p, n + "mlp.up_proj.weight", {I, H}));
+            L.w_down = transposed(weight(w, p, n + "mlp.down_proj.weight", {H, I}));
+            layers_.push_back(std::move(L));
+        }
+        const bool tied = c.tie_embeddings || !w.count("lm_head.weight");
+        lm_head_ = tied ? transposed(weight(w, p, "embed_tokens.weight", {c.vocab, H})) : transposed(weight(w, {""}, "lm_head.weight", {c.vocab, H}));
+    }
+}
+
+DecoderModel DecoderModel::load(const std::filesystem::path& dir) {
+    return DecoderModel(DecoderConfig::load(dir / "config.json"), readSafetensors(dir / "model.safetensors"));
+}
+
+PagedKvCache DecoderModel::makeCache(int64_t block_size, int64_t num_blocks) const {
+    return PagedKvCache(config_.layers, config_.kv_heads, config_.head_dim, block_size, num_blocks);
+}
+
+// Paged attention for one query (all heads) at position `pos`: keys/values of positions
+// 0..pos read through the block table; query head h uses key/value head h / group.
+void DecoderModel::attention(PagedKvCache& cache, int64_t seq, int64_t layer, int64_t pos, const float* q, float* out) const {
+    const int64_t D = config_.head_dim, group = config_.heads / config_.kv_heads;
+    const float scale = 1.f / std::sqrt(static_cast<float>(D));
+    std::vector<float> scores(static_cast<size_t>(pos + 1));
+    for (int64_t h = 0; h < config_.heads; ++h) {
+        const float* qh = q + h * D;
+        float mx = -INFINITY;
+        for (int64_t t = 0; t <= pos; ++t) {
+            const float* k = cache.key(seq, layer, h / group, t);
+            float s = 0;
+            for (int64_t d = 0; d < D; ++d) s += qh[d] * k[d];
+            scores[t] = s * scale;
+            mx = std::max(mx, scores[t]);
+        }
+        double sum = 0;
+        for (int64_t t = 0; t <= pos; ++t) sum += (scores[t] = std::exp(scores[t] - mx));
+        float* oh = out + h * D;
+        for (int64_t d = 0; d < D; ++d) oh[d] = 0;
+        for (int64_t t = 0; t <= pos; ++t) {
+            const float p = static_cast<float>(scores[t] / sum);
+            const float* v = cache.value(seq, layer, h / group, t);
+            for (int64_t d = 0; d < D; ++d) oh[d] += p * v[d];
+        }
+    }
+}
+
+std::vector<float> DecoderModel::forward(PagedKvCache& cache, int64_t seq, std::span<const int64_t> tokens, bool all_logits) const {
+    const DecoderConfig& c = config_;
+    const int64_t H = c.hidden, D = c.head_dim, Q = c.heads * D, KV = c.kv_heads * D, I = c.intermediate, n = static_cast<int64_t>(tokens.size());
+    const int64_t start = cache.length(seq);
+    check(n > 0, "forward needs at least one token");
+    check(static_cast<int64_t>(cache.blockTable(seq).size()) * cache.blockSize() >= start + n, "forward: the KV cache has no room reserved for these tokens");
+    check(c.family != Family::Gpt2 || start + n <= c.max_positions, "sequence longer than the model's " + std::to_string(c.max_positions) + " positions");
+    const bool rms = c.family == Family::Llama;
+    std::vector<float> x(n * H), h(H), q(Q), k(KV), v(KV), att(Q), proj(H), up(I), gate(I);
+    for (int64_t i = 0; i < n; ++i) {
+        check(tokens[i] >= 0 && tokens[i] < c.vocab, "token id " + std::to_string(tokens[i]) + " outside the vocabulary of " + std::to_string(c.vocab));
+        for (int64_t j = 0; j < H; ++j) x[i * H + j] = embed_[tokens[i] * H + j] + (rms ? 0.f : positions_[(start + i) * H + j]);
+    }
+    for (int64_t l = 0; l < c.layers; ++l) {
+        const Layer& L = layers_[l];
+        // Keys and values of all new tokens first, so token i attends to tokens 0..start+i.
+        std::vector<float> queries(n * Q);
+        for (int64_t i = 0; i < n; ++i) {
+            layerNorm(&x[i * H], L.norm1_w, L.norm1_b, H, c.norm_eps, rms, h.data());
+            matvec(h.data(), L.wq, &L.bq, H, Q, &queries[i * Q]);
+            matvec(h.data(), L.wk, &L.bk, H, KV, k.data());
+            matvec(h.data(), L.wv, &L.bv, H, KV, v.data());
+            if (rms) {
+                rope(&queries[i * Q], c.heads, D, start + i, c.rope_theta);
+                rope(k.data(), c.kv_heads, D, start + i, c.rope_theta);
+            }
+            for (int64_t kh = 0; kh < c.kv_heads; ++kh) {
+                std::copy(k.begin() + kh * D, k.begin() + (kh + 1) * D, cache.key(seq, l, kh, start + i));
+                std::copy(v.begin() + kh * D, v.begin() + (kh + 1) * D, cache.value(seq, l, kh, start + i));
+            }
+        }
+        for (int64_t i = 0; i < n; ++i) {
+            float* xi = &x[i * H];
+            attention(cache, seq, l, start + i, &queries[i * Q], att.data());
+            matvec(att.data(), L.wo, &L.bo, Q, H, proj.data());
+            for (int64_t j = 0; j < H; ++j) xi[j] += proj[j];
+            layerNorm(xi, L.norm2_w, L.norm2_b, H, c.norm_eps, rms, h.data());
+            if (rms) {  // SwiGLU
+                matvec(h.data(), L.w_gate, nullptr, H, I, gate.data());
+                matvec(h.data(), L.w_up, nullptr, H, I, up.data());
+                for (int64_t j = 0; j < I; ++j) up[j] *= gate[j] / (1.f + std::exp(-gate[j]));
+            } else {  // GELU (tanh approximation, GPT-2's gelu_new)
+                matvec(h.data(), L.w_up, &L.b_up, H, I, up.data());
+                for (int64_t j = 0; j < I; ++j) up[j] = 0.5f * up[j] * (1.f + std::tanh(0.7978845608f * (up[j] + 0.044715f * up[j] * up[j] * up[j])));
+            }
+            matvec(up.data(), L.w_down, &L.b_down, I, H, proj.data());
+            for (int64_t j = 0; j < H; ++j) xi[j] += proj[j];
+        }
+    }
+    cache.append(seq, tokens);
+    const int64_t first = all_logits ? 0 : n - 1;
+    std::vector<float> logits((n - first) * c.vocab);
+    for (int64_t i = first; i < n; ++i) {
+        layerNorm(&x[i * H], final_w_, final_b_, H, c.norm_eps, rms, h.data());
+        matvec(h.data(), lm_head_, nullptr, H, c.vocab, &logits[(i - first) * c.vocab]);
+    }
+    return logits;
+}
+
+}  // namespace kiln::llm

@@ -1,0 +1,44 @@
+// A decoder-only transformer (GPT-2 or Llama family) on the CPU, reading and writing its
+// keys and values through the paged KV cache. This is the reference path of the LLM
+// runtime: every token of a step is computed in f32, attention reads the cache through
+// the sequence's block table (paged attention).
+#pragma once
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ir/tensor.h"
+#include "llm/decoder_config.h"
+#include "llm/paged_kv_cache.h"
+
+namespace kiln::llm {
+
+class DecoderModel {
+public:
+    // Weights by Hugging Face name (with or without the "transformer." / "model." prefix
+    // styles of the two families); any float type, kept as f32.
+    DecoderModel(DecoderConfig config, const std::map<std::string, Tensor>& weights);
+    // A folder with config.json and model.safetensors.
+    static DecoderModel load(const std::filesystem::path& dir);
+
+    const DecoderConfig& config() const { return config_; }
+    PagedKvCache makeCache(int64_t block_size, int64_t num_blocks) const;
+    // Runs `tokens` at the end of sequence `seq` (whose cache must have room), appends their
+    // keys/values and returns the logits of the last token (all tokens' with all_logits).
+    std::vector<float> forward(PagedKvCache& cache, int64_t seq, std::span<const int64_t> tokens, bool all_logits = false) const;
+
+private:
+    struct Layer {
+        std::vector<float> norm1_w, norm1_b, norm2_w, norm2_b;
+        std::vector<float> wq, wk, wv, bq, bk, bv, wo, bo;  // [in][out] row-major
+        std::vector<float> w_up, b_up, w_gate, w_down, b_down;
+    };
+    void attention(PagedKvCache& cache, int64_t seq, int64_t layer, int64_t pos, const float* q, float* out) const;
+    DecoderConfig config_;
+    std::vector<float> embed_, positions_, final_w_, final_b_, lm_head_;  // lm_head [hidden][vocab]
+    std::vector<Layer> layers_;
+};
+
+}  // namespace kiln::llm
