@@ -14,6 +14,8 @@ Scheduler::Scheduler(const DecoderModel& model, SchedulerOptions options)
 int64_t Scheduler::add(Request r) {
     check(!r.prompt.empty(), "a request needs at least one prompt token");
     check(r.max_tokens >= 0, "max_tokens must be >= 0");
+    for (int64_t t : r.prompt)  // checked here so one bad request never fails a batch
+        check(t >= 0 && t < model_.config().vocab, "token id " + std::to_string(t) + " outside the vocabulary of " + std::to_string(model_.config().vocab));
     Sampler sampler(r.sampling);  // validates the sampling parameters now, not mid-batch
     const int64_t id = next_id_++;
     RequestState& s = states_[id];

@@ -11,5 +11,7 @@ void addBenchCommand(CLI::App& app);
 void addInspectCommand(CLI::App& app);
 void addRoutesCommand(CLI::App& app);
 void addTuneCommand(CLI::App& app);
+void addGenerateCommand(CLI::App& app);
+void addBenchLlmCommand(CLI::App& app);
 
 }  // namespace kiln::tools

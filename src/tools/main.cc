@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
     kiln::tools::addInspectCommand(app);
     kiln::tools::addRoutesCommand(app);
     kiln::tools::addTuneCommand(app);
+    kiln::tools::addGenerateCommand(app);
+    kiln::tools::addBenchLlmCommand(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {

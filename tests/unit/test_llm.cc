@@ -6,8 +6,11 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
+#include "llm/bpe_tokenizer.h"
+#include "test_helpers.h"
 #include "llm/decoder_model.h"
 #include "llm/safetensors.h"
 #include "llm/sampler.h"
@@ -447,4 +450,73 @@ TEST(Scheduler, StopTokensCancellationAndSeededSampling) {
     Request too_long;
     too_long.prompt.assign(c.max_positions, 1);
     EXPECT_EQ(sched.state(sched.add(too_long)).finished, FinishReason::ContextLength);
+}
+
+namespace {
+// GPT-2's byte alphabet, written out independently of the tokenizer.
+std::string byteChar(int b) {
+    static std::vector<std::string> table = [] {
+        std::vector<std::string> t(256);
+        int next = 256;
+        for (int x = 0; x < 256; ++x) {
+            const bool printable = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255);
+            const int cp = printable ? x : next++;
+            std::string s;
+            if (cp < 0x80) s += static_cast<char>(cp);
+            else s += static_cast<char>(0xC0 | (cp >> 6)), s += static_cast<char>(0x80 | (cp & 0x3F));
+            t[x] = s;
+        }
+        return t;
+    }();
+    return table[b];
+}
+}  // namespace
+
+TEST(BpeTokenizer, MergesByRankRoundTripsAndSpecialTokens) {
+    nlohmann::json vocab = nlohmann::json::object();
+    for (int b = 0; b < 256; ++b) vocab[byteChar(b)] = b;
+    const std::string G = byteChar(' ');  // "Ġ"
+    const std::vector<std::string> merges = {G + " w", "o r", G + "w or", "l d", G + "wor ld", "h e", "l l", "he ll", "hell o"};
+    int next = 256;
+    for (const auto& m : merges) {
+        const std::string merged = m.substr(0, m.find(' ')) + m.substr(m.find(' ') + 1);
+        vocab[merged] = next++;
+    }
+    nlohmann::json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+                        {"added_tokens", {{{"id", 300}, {"content", "<|endoftext|>"}}}}};
+    const BpeTokenizer tok = BpeTokenizer::parse(j.dump(), "tokenizer.json");
+    EXPECT_EQ(tok.encode("hello world"), (std::vector<int64_t>{vocab["hello"].get<int64_t>(), vocab[G + "world"].get<int64_t>()}));
+    EXPECT_EQ(tok.encode("hi<|endoftext|>"), (std::vector<int64_t>{'h', 'i', 300}));
+    for (const std::string text : {"hello world", "  two  spaces\tand\nlines ", "it's 2026, héllo wörld!!", "<|endoftext|>x", "", "ünïcödé 😀"})
+        EXPECT_EQ(tok.decode(tok.encode(text)), text) << text;
+    // GPT-2 splits "a  b" as "a", " ", " b": the space run leaves one space to the word.
+    EXPECT_EQ(tok.decode({tok.encode("a  b")[1]}), " ");
+    EXPECT_THROW(tok.decode({100000}), Error);
+    EXPECT_THROW(BpeTokenizer::parse(R"({"model": {"type": "Unigram"}})", "t.json"), Error);
+}
+
+TEST(LlmCli, GenerateAndBenchLlm) {
+    const DecoderConfig c = tinyConfig(Family::Gpt2);
+    const Weights w = randomWeights(c, 21);
+    const fs::path dir = writeModel(c, w, "cli");
+    const std::string kiln = KILN_BIN;
+    std::string out;
+    ASSERT_EQ(kiln::testing::runCommand(kiln + " generate " + dir.string() + " --tokens 3,1,4,1,5 --max-tokens 5 --json", &out), 0) << out;
+    const auto j = nlohmann::json::parse(out.substr(out.find('{')));
+    EXPECT_EQ(j["output_tokens"].get<std::vector<int64_t>>(), generateAlone(DecoderModel(c, w), {3, 1, 4, 1, 5}, 5));
+    EXPECT_EQ(j["finish_reason"], "length");
+    ASSERT_EQ(kiln::testing::runCommand(kiln + " bench-llm " + dir.string() + " --requests 6 --concurrency 3 --input-len 5 --output-len 3 --json", &out), 0) << out;
+    const auto b = nlohmann::json::parse(out.substr(out.find('{')));
+    EXPECT_GT(b["output_tokens_per_s"].get<double>(), 0);
+    EXPECT_GE(b["ttft_ms"]["p99"].get<double>(), b["ttft_ms"]["median"].get<double>());
+    EXPECT_GT(b["kv_cache"]["max_blocks_used"].get<int64_t>(), 0);
+    // Bad input: one line, non-zero exit.
+    EXPECT_NE(kiln::testing::runCommand(kiln + " generate " + dir.string() + " --prompt hi", &out), 0);
+    EXPECT_NE(out.find("no tokenizer.json"), std::string::npos) << out;
+    EXPECT_NE(kiln::testing::runCommand(kiln + " generate " + dir.string() + " --tokens 1,x", &out), 0);
+    EXPECT_NE(out.find("not a token id"), std::string::npos) << out;
+    EXPECT_NE(kiln::testing::runCommand(kiln + " generate " + dir.string() + " --tokens 99", &out), 0);
+    EXPECT_NE(out.find("outside the vocabulary"), std::string::npos) << out;
+    EXPECT_NE(kiln::testing::runCommand(kiln + " generate /nonexistent/model --tokens 1", &out), 0);
+    fs::remove_all(dir);
 }

@@ -1,0 +1,29 @@
+#include "tools/llm_common.h"
+
+#include <filesystem>
+#include <sstream>
+
+namespace kiln::tools {
+
+LoadedLlm loadLlm(const std::string& dir) {
+    namespace fs = std::filesystem;
+    check(fs::is_directory(dir), dir + ": not a folder (expected config.json and model.safetensors)");
+    LoadedLlm m;
+    m.model = std::make_unique<llm::DecoderModel>(llm::DecoderModel::load(dir));
+    if (fs::exists(fs::path(dir) / "tokenizer.json")) m.tokenizer = llm::BpeTokenizer::load(fs::path(dir) / "tokenizer.json");
+    return m;
+}
+
+std::vector<int64_t> parseTokenList(const std::string& text, const std::string& flag) {
+    std::vector<int64_t> ids;
+    std::stringstream ss(text);
+    std::string part;
+    while (std::getline(ss, part, ',')) {
+        check(!part.empty() && part.find_first_not_of("0123456789") == std::string::npos && part.size() < 10, flag + ": '" + part + "' is not a token id");
+        ids.push_back(std::stoll(part));
+    }
+    check(!ids.empty(), flag + ": no token ids");
+    return ids;
+}
+
+}  // namespace kiln::tools
