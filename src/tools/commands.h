@@ -13,5 +13,6 @@ void addRoutesCommand(CLI::App& app);
 void addTuneCommand(CLI::App& app);
 void addGenerateCommand(CLI::App& app);
 void addBenchLlmCommand(CLI::App& app);
+void addServeCommand(CLI::App& app);
 
 }  // namespace kiln::tools

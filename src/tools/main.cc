@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
     kiln::tools::addTuneCommand(app);
     kiln::tools::addGenerateCommand(app);
     kiln::tools::addBenchLlmCommand(app);
+    kiln::tools::addServeCommand(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
