@@ -54,6 +54,11 @@ class Server {
 public:
     Server(ServeOptions o, LoadedLlm m) : o_(std::move(o)), m_(std::move(m)), engine_(*m_.model, o_.scheduler, o_.max_queue) {
         if (o_.name.empty()) o_.name = std::filesystem::path(o_.model).filename().string();
+        // Streaming responses hold a worker for their whole length: a pool sized for the
+        // queue, and connections kept open across many requests.
+        const size_t workers = static_cast<size_t>(std::max<int64_t>(16, o_.max_queue + 8));
+        http_.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
+        http_.set_keep_alive_max_count(1000);
         http_.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
         http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
             res.set_content(json{{"object", "list"}, {"data", {{{"id", o_.name}, {"object", "model"}, {"owned_by", "kiln"}}}}}.dump(), "application/json");
