@@ -112,6 +112,8 @@ View6 broadcastView(const Dims& in, const Dims& out, const OpContext& ctx);
 UnaryFn unaryFromName(const std::string& name, float a, float b, const OpContext& ctx);
 // Activation of a fused node (attributes activation, activation_params).
 UnaryFn fusedActivation(const OpContext& ctx);
+// cuBLAS data type of a device float type.
+inline cudaDataType_t cudaTypeOf(DType t) { return t == DType::F16 ? CUDA_R_16F : (t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F); }
 // Milliseconds one call of f takes on the stream (median of a few runs after a warm-up).
 float timeOnStream(cudaStream_t stream, const std::function<void()>& f);
 

@@ -22,8 +22,6 @@ constexpr size_t kMaxWorkspace = 32u << 20;
         (ctx).require(kiln_lt_ == CUBLAS_STATUS_SUCCESS, std::string("cuBLASLt ") + #call + ": " + cublasGetStatusString(kiln_lt_)); \
     } while (0)
 
-cudaDataType_t cudaTypeOf(DType t) { return t == DType::F16 ? CUDA_R_16F : (t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F); }
-
 // The problem one node solves, in row-major terms.
 struct GemmShape {
     int64_t batch = 1, m = 0, n = 0, k = 0;

@@ -60,20 +60,8 @@ std::vector<DeviceTensor> pool(OpContext& ctx) {
     const bool ceil_mode = ctx.attrs().getInt("ceil_mode", 0) != 0;
     const bool include_pad = !is_max && ctx.attrs().getInt("count_include_pad", 0) != 0;
     if (include_pad && ceil_mode) ctx.unsupported("count_include_pad with ceil_mode");
-    const std::string auto_pad = ctx.attrs().getString("auto_pad", "NOTSET");
     const SpatialPads pads = resolvePads(attrs, in_spatial, kernel, strides, dilations);
-    Dims out(2);
-    for (size_t i = 0; i < 2; ++i) {
-        const int64_t eff = (kernel[i] - 1) * dilations[i] + 1;
-        if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-            out[i] = (in_spatial[i] + strides[i] - 1) / strides[i];
-        } else {
-            const int64_t span = in_spatial[i] + pads.begin[i] + pads.end[i] - eff;
-            out[i] = (ceil_mode ? (span + strides[i] - 1) / strides[i] : span / strides[i]) + 1;
-            if (ceil_mode && (out[i] - 1) * strides[i] >= in_spatial[i] + pads.begin[i]) --out[i];
-        }
-        ctx.require(out[i] > 0, "kernel larger than padded input");
-    }
+    const Dims out = poolOutputSpatial(attrs, in_spatial, kernel, strides, dilations, pads);
     Pool2d p{x.dims[0], x.dims[1], x.dims[2], x.dims[3], out[0], out[1], kernel[0], kernel[1], strides[0], strides[1],
              pads.begin[0], pads.begin[1], dilations[0], dilations[1], is_max, include_pad, false};
     DeviceTensor y = ctx.output(0, x.logical, Dims{x.dims[0], x.dims[1], out[0], out[1]});
@@ -91,10 +79,6 @@ std::vector<DeviceTensor> globalAveragePool(OpContext& ctx) {
     const int64_t outer = x.dims[0] * x.dims[1];
     launchRowMean(t, x.data, y.data, outer, outer ? x.numel() / outer : 0, ctx.stream());
     return {y};
-}
-
-cudaDataType_t cudaTypeOf(DType t) {
-    return t == DType::F16 ? CUDA_R_16F : (t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F);
 }
 
 // softmax(Q Kt * scale + mask) V as two strided-batched tensor-core GEMMs around a

@@ -80,6 +80,26 @@ std::vector<int64_t> intsFromInputOrAttr(const KernelContext& ctx, size_t input,
     return ctx.attrs().getInts(attr);
 }
 
+Dims poolOutputSpatial(const KernelContext& ctx, const Dims& in_spatial, const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+                       const std::vector<int64_t>& dilations, const SpatialPads& pads) {
+    const bool ceil_mode = ctx.attrs().getInt("ceil_mode", 0) != 0;
+    const std::string auto_pad = ctx.attrs().getString("auto_pad", "NOTSET");
+    Dims out(in_spatial.size());
+    for (size_t i = 0; i < in_spatial.size(); ++i) {
+        const int64_t eff = (kernel[i] - 1) * dilations[i] + 1;
+        if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+            out[i] = (in_spatial[i] + strides[i] - 1) / strides[i];
+        } else {
+            const int64_t span = in_spatial[i] + pads.begin[i] + pads.end[i] - eff;
+            out[i] = (ceil_mode ? (span + strides[i] - 1) / strides[i] : span / strides[i]) + 1;
+            // A window must start inside the input or the leading padding.
+            if (ceil_mode && (out[i] - 1) * strides[i] >= in_spatial[i] + pads.begin[i]) --out[i];
+        }
+        ctx.require(out[i] > 0, "kernel larger than padded input");
+    }
+    return out;
+}
+
 SpatialPads resolvePads(const KernelContext& ctx, const Dims& in_spatial, const std::vector<int64_t>& kernel,
                         const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations) {
     const size_t n = in_spatial.size();

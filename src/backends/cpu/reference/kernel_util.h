@@ -63,5 +63,8 @@ struct SpatialPads {
 };
 SpatialPads resolvePads(const KernelContext& ctx, const Dims& in_spatial, const std::vector<int64_t>& kernel,
                         const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations);
+// Output spatial size of a pooling window (auto_pad, pads, ceil_mode as ONNX defines them).
+Dims poolOutputSpatial(const KernelContext& ctx, const Dims& in_spatial, const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
+                       const std::vector<int64_t>& dilations, const SpatialPads& pads);
 
 }  // namespace kiln

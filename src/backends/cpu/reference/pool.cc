@@ -21,24 +21,10 @@ std::vector<Tensor> pool(const KernelContext& ctx) {
     ctx.require(kernel.size() == S, "kernel_shape must have " + std::to_string(S) + " values");
     auto strides = ctx.attrs().getInts("strides", Dims(S, 1));
     auto dilations = ctx.attrs().getInts("dilations", Dims(S, 1));
-    const bool ceil_mode = ctx.attrs().getInt("ceil_mode", 0) != 0;
     const bool include_pad = ctx.attrs().getInt("count_include_pad", 0) != 0;
     const double p = static_cast<double>(ctx.attrs().getInt("p", 2));
-    const std::string auto_pad = ctx.attrs().getString("auto_pad", "NOTSET");
     SpatialPads pads = resolvePads(ctx, in_spatial, kernel, strides, dilations);
-    Dims out_spatial(S);
-    for (size_t i = 0; i < S; ++i) {
-        const int64_t eff = (kernel[i] - 1) * dilations[i] + 1;
-        if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
-            out_spatial[i] = (in_spatial[i] + strides[i] - 1) / strides[i];
-        } else {
-            const int64_t span = in_spatial[i] + pads.begin[i] + pads.end[i] - eff;
-            out_spatial[i] = (ceil_mode ? (span + strides[i] - 1) / strides[i] : span / strides[i]) + 1;
-            // A window must start inside the input or the leading padding.
-            if (ceil_mode && (out_spatial[i] - 1) * strides[i] >= in_spatial[i] + pads.begin[i]) --out_spatial[i];
-        }
-        ctx.require(out_spatial[i] > 0, "kernel larger than padded input");
-    }
+    const Dims out_spatial = poolOutputSpatial(ctx, in_spatial, kernel, strides, dilations, pads);
     const int64_t NC = x.dims()[0] * x.dims()[1];
     Dims out_dims = {x.dims()[0], x.dims()[1]};
     out_dims.insert(out_dims.end(), out_spatial.begin(), out_spatial.end());
