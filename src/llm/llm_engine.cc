@@ -83,7 +83,15 @@ void LlmEngine::loop() {
         for (auto& s : cancels)
             if (s->id >= 0 && active_.count(s->id)) scheduler_.cancel(s->id);
         StepStats st;
-        if (!active_.empty()) scheduler_.step(&st);
+        try {
+            if (!active_.empty()) scheduler_.step(&st);
+        } catch (const std::exception& e) {  // e.g. a sequence larger than the whole KV cache: fail the batch, keep serving
+            for (auto& [id, stream] : active_) {
+                scheduler_.cancel(id);
+                std::lock_guard<std::mutex> lock(stream->mutex);
+                stream->error = e.what();
+            }
+        }
         // Publish finished requests.
         int64_t finished = 0, cancelled = 0, generated = 0;
         for (auto it = active_.begin(); it != active_.end();) {
