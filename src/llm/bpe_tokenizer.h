@@ -8,15 +8,17 @@
 #include <unordered_map>
 #include <vector>
 
+#include "llm/tokenizer.h"
+
 namespace kiln::llm {
 
-class BpeTokenizer {
+class BpeTokenizer : public Tokenizer {
 public:
     static BpeTokenizer load(const std::filesystem::path& tokenizer_json);
     static BpeTokenizer parse(const std::string& json_text, const std::string& where);
-    std::vector<int64_t> encode(const std::string& text) const;
-    std::string decode(const std::vector<int64_t>& ids) const;
-    int64_t vocabSize() const { return static_cast<int64_t>(id_to_token_.size()); }
+    std::vector<int64_t> encode(const std::string& text) const override;
+    std::string decode(const std::vector<int64_t>& ids) const override;
+    int64_t vocabSize() const override { return static_cast<int64_t>(id_to_token_.size()); }
 
 private:
     std::vector<std::string> splitWords(const std::string& text) const;

@@ -26,7 +26,7 @@ void execute(GenerateOptions& o) {
     const LoadedLlm m = loadLlm(o.model);
     check(o.prompt.empty() != o.tokens.empty(), "give exactly one of --prompt and --tokens");
     if (!o.prompt.empty()) {
-        check(m.tokenizer.has_value(), o.model + ": no tokenizer.json (byte-level BPE); pass --tokens instead of --prompt");
+        check(m.tokenizer != nullptr, o.model + ": no tokenizer.json or tokenizer.model; pass --tokens instead of --prompt");
         o.request.prompt = m.tokenizer->encode(o.prompt);
     } else {
         o.request.prompt = parseTokenList(o.tokens, "--tokens");

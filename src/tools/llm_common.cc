@@ -10,7 +10,7 @@ LoadedLlm loadLlm(const std::string& dir) {
     check(fs::is_directory(dir), dir + ": not a folder (expected config.json and model.safetensors)");
     LoadedLlm m;
     m.model = std::make_unique<llm::DecoderModel>(llm::DecoderModel::load(dir));
-    if (fs::exists(fs::path(dir) / "tokenizer.json")) m.tokenizer = llm::BpeTokenizer::load(fs::path(dir) / "tokenizer.json");
+    m.tokenizer = llm::loadTokenizer(dir);
     return m;
 }
 

@@ -6,14 +6,14 @@
 #include <string>
 #include <vector>
 
-#include "llm/bpe_tokenizer.h"
+#include "llm/tokenizer.h"
 #include "llm/decoder_model.h"
 
 namespace kiln::tools {
 
 struct LoadedLlm {
     std::unique_ptr<llm::DecoderModel> model;
-    std::optional<llm::BpeTokenizer> tokenizer;
+    std::shared_ptr<llm::Tokenizer> tokenizer;  // null without tokenizer.json / tokenizer.model
 };
 
 LoadedLlm loadLlm(const std::string& dir);

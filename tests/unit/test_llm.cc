@@ -513,6 +513,10 @@ TEST(LlmCli, GenerateAndBenchLlm) {
     // Bad input: one line, non-zero exit.
     EXPECT_NE(kiln::testing::runCommand(kiln + " generate " + dir.string() + " --prompt hi", &out), 0);
     EXPECT_NE(out.find("no tokenizer.json"), std::string::npos) << out;
+    std::ofstream(dir / "tokenizer.model") << "x";  // SentencePiece: said to be unsupported, not misread
+    EXPECT_NE(kiln::testing::runCommand(kiln + " generate " + dir.string() + " --tokens 1", &out), 0);
+    EXPECT_NE(out.find("SentencePiece tokenizers are not supported yet"), std::string::npos) << out;
+    fs::remove(dir / "tokenizer.model");
     EXPECT_NE(kiln::testing::runCommand(kiln + " generate " + dir.string() + " --tokens 1,x", &out), 0);
     EXPECT_NE(out.find("not a token id"), std::string::npos) << out;
     EXPECT_NE(kiln::testing::runCommand(kiln + " generate " + dir.string() + " --tokens 99", &out), 0);
@@ -520,3 +524,4 @@ TEST(LlmCli, GenerateAndBenchLlm) {
     EXPECT_NE(kiln::testing::runCommand(kiln + " generate /nonexistent/model --tokens 1", &out), 0);
     fs::remove_all(dir);
 }
+
