@@ -153,7 +153,8 @@ TEST(CudaBackend, WithoutGpuTheTargetFailsWithAClearError) {
         targetSignature("cuda");
         FAIL() << "expected an error";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("no usable GPU"), std::string::npos) << e.what();
+        const std::string what = e.what();  // no GPU here, or a build without CUDA
+        EXPECT_TRUE(what.find("no usable GPU") != std::string::npos || what.find("no CUDA support") != std::string::npos) << what;
     }
 }
 
