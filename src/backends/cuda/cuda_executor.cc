@@ -243,26 +243,28 @@ struct CudaExecutor::Impl {
         return toLogical(physical, d.logical);
     }
 
-    // Runs node i with the reference kernel: inputs to the host, outputs back.
-    std::vector<DeviceTensor> runOnCpu(RunState& rs, size_t i, const std::vector<const DeviceTensor*>& in) {
+    // Node i's outputs from its reference kernel, inputs taken from their host copies
+    // (Shape/Size: the dims alone) or copied from the device.
+    std::vector<Tensor> computeOnHost(size_t i, const std::vector<const DeviceTensor*>& in) {
         const Node& node = graph.nodes[i];
-        rs.sig->capturable = false;
+        const bool dims_only = node.op_type == "Shape" || node.op_type == "Size";
         std::vector<Tensor> host(in.size());
         std::vector<const Tensor*> ptrs;
         for (size_t k = 0; k < in.size(); ++k) {
-            if (!in[k]) {
-                ptrs.push_back(nullptr);
-                continue;
-            }
-            // Shape and Size read only the dims: skip the copy.
-            host[k] = (node.op_type == "Shape" || node.op_type == "Size") && !in[k]->host ? Tensor::uninitialized(in[k]->logical, in[k]->dims)
-                                                                                          : download(*in[k]);
-            ptrs.push_back(&host[k]);
+            if (in[k]) host[k] = in[k]->host || !dims_only ? download(*in[k]) : Tensor::uninitialized(in[k]->logical, in[k]->dims);
+            ptrs.push_back(in[k] ? &host[k] : nullptr);
         }
         KernelFn fn = referenceKernels().find(node.op_type);
         check(fn != nullptr, node.describe() + ": no CUDA or CPU kernel");
         KernelContext kctx{node, ptrs, graph.opset, nullptr};
-        std::vector<Tensor> outs = fn(kctx);
+        return fn(kctx);
+    }
+
+    // A node no GPU kernel handles: computed on the host, outputs copied to the device.
+    std::vector<DeviceTensor> runOnCpu(RunState& rs, size_t i, const std::vector<const DeviceTensor*>& in) {
+        const Node& node = graph.nodes[i];
+        rs.sig->capturable = false;
+        std::vector<Tensor> outs = computeOnHost(i, in);
         std::vector<DeviceTensor> result;
         for (size_t k = 0; k < outs.size() && k < node.outputs.size(); ++k) {
             DeviceTensor d = allocate(rs, i, node.outputs[k], physicalOf(outs[k].dtype()), outs[k].dims());
@@ -290,17 +292,10 @@ struct CudaExecutor::Impl {
         return elements <= 4096 && referenceKernels().find(node.op_type) != nullptr;
     }
 
+    // A host node: its outputs stay on the host until a GPU op reads them (materialize).
     std::vector<DeviceTensor> runOnHost(size_t i, const std::vector<const DeviceTensor*>& in) {
-        const Node& node = graph.nodes[i];
-        std::vector<Tensor> host(in.size());
-        std::vector<const Tensor*> ptrs;
-        for (size_t k = 0; k < in.size(); ++k) {
-            if (in[k]) host[k] = in[k]->host ? *in[k]->host : Tensor::uninitialized(in[k]->logical, in[k]->dims);  // Shape: dims only
-            ptrs.push_back(in[k] ? &host[k] : nullptr);
-        }
-        KernelContext kctx{node, ptrs, graph.opset, nullptr};
         std::vector<DeviceTensor> result;
-        for (Tensor& t : referenceKernels().find(node.op_type)(kctx))
+        for (Tensor& t : computeOnHost(i, in))
             result.push_back(DeviceTensor{physicalOf(t.dtype()), t.dtype(), t.dims(), nullptr, std::make_shared<const Tensor>(t)});
         return result;
     }
@@ -460,14 +455,19 @@ struct CudaExecutor::Impl {
         cudaStream_t s = res.stream();
         KILN_CUDA_CHECK(cudaEventRecord(events[0], s));
         // Inputs: host -> pinned -> device buffers that stay put (graph replays read them).
-        std::unordered_map<std::string, DeviceTensor> values;
         for (const auto& [name, t] : inputs) {
             sig.input_pinned[name].ensure(std::max<size_t>(t.byteSize(), 1));
             sig.input_raw[name].ensure(roundUp(std::max<size_t>(t.byteSize(), 1)));
             std::memcpy(sig.input_pinned[name].ptr, t.raw(), t.byteSize());
             if (t.byteSize()) KILN_CUDA_CHECK(cudaMemcpyAsync(sig.input_raw[name].ptr, sig.input_pinned[name].ptr, t.byteSize(), cudaMemcpyHostToDevice, s));
-            values[name] = DeviceTensor{t.dtype(), t.dtype(), t.dims(), sig.input_raw[name].ptr, nullptr};
         }
+        // The values a run starts from: the uploaded inputs and the weights.
+        auto initialValues = [&] {
+            std::unordered_map<std::string, DeviceTensor> v;
+            for (const auto& [name, t] : inputs) v[name] = DeviceTensor{t.dtype(), t.dtype(), t.dims(), sig.input_raw[name].ptr, nullptr};
+            for (const auto& [name, w] : weights) v[name] = w;
+            return v;
+        };
         KILN_CUDA_CHECK(cudaEventRecord(events[1], s));
         stats.graph_replayed = false;
         RunState rs{sig.recorded ? Mode::Planned : Mode::Record, &sig, {}, {}, {}};
@@ -476,16 +476,13 @@ struct CudaExecutor::Impl {
                 KILN_CUDA_CHECK(cudaGraphLaunch(sig.exec, s));
                 stats.graph_replayed = true;
             } else if (rs.mode == Mode::Planned && use_graphs && sig.capturable) {
-                for (const auto& [name, w] : weights) values[name] = w;
+                auto values = initialValues();
                 if (!capture(rs, values)) {  // not capturable: run it plainly
-                    values.clear();
-                    for (const auto& [name, t] : inputs)
-                        values[name] = DeviceTensor{t.dtype(), t.dtype(), t.dims(), sig.input_raw[name].ptr, nullptr};
-                    for (const auto& [name, w] : weights) values[name] = w;
+                    values = initialValues();
                     enqueue(rs, values);
                 }
             } else {
-                for (const auto& [name, w] : weights) values[name] = w;
+                auto values = initialValues();
                 enqueue(rs, values);
             }
         } catch (...) {
