@@ -28,12 +28,29 @@ import torch
 WORK = "/tmp/kiln_gpu_bench"
 
 
+def calibrate_batchnorm(m):
+    """Sets BatchNorm statistics from random images, as training would. With torchvision's
+    initial statistics (mean 0, var 1) MobileNetV2's activations shrink layer by layer until
+    its fp16 output is all zeros, which would make every fp16 comparison meaningless."""
+    for mod in m.modules():
+        if isinstance(mod, torch.nn.modules.batchnorm._BatchNorm):
+            mod.reset_running_stats()
+            mod.momentum = None  # cumulative average over the calibration batches
+    m.train()
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for _ in range(3):
+            m(torch.randn(16, 3, 224, 224, generator=g))
+    m.eval()
+
+
 def make_model(name):
     """Returns (module, input specs [(name, kind, shape-without-batch)], output name)."""
     torch.manual_seed(0)
     if name in ("resnet50", "mobilenet_v2"):
         import torchvision
         m = getattr(torchvision.models, name)(weights=None)
+        calibrate_batchnorm(m)
         return m, [("input", "image", (3, 224, 224))], "output"
     import transformers as tf
     if name == "bert_base":

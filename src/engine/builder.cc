@@ -56,7 +56,13 @@ void Builder::setShapeProfile(ShapeProfile profile) {
     profile_ = std::move(profile);
 }
 
-Graph Builder::optimize() const { return optimizeGraph(model_, route_.values()); }
+Graph Builder::optimize() const { return optimizeGraph(model_, passRoute(route_)); }
+
+RouteValues Builder::passRoute(const BuildRoute& r) const {
+    RouteValues v = r.values();
+    v[kTargetKey] = target_;
+    return v;
+}
 
 Engine Builder::build() const {
     const std::string fault = route_.get(debugFaultParameter().name);
@@ -124,7 +130,7 @@ std::vector<std::string> Builder::affectingParameters() const {
             if (v == route_.get(p.name)) continue;
             BuildRoute r = route_;
             r.set(p.name, v, space());
-            if (dumpGraph(optimizeGraph(model_, r.values())) != base) {
+            if (dumpGraph(optimizeGraph(model_, passRoute(r))) != base) {
                 out.push_back(p.name);
                 break;
             }

@@ -31,6 +31,8 @@ public:
     std::vector<std::string> affectingParameters() const;
 
 private:
+    // The values the passes see: the route plus the target (passes/pass.h kTargetKey).
+    RouteValues passRoute(const BuildRoute& r) const;
     std::map<std::string, std::string> selectCudaTactics(const Engine& e) const;
     Graph model_;
     std::string model_hash_;

@@ -1,4 +1,5 @@
-// Convolution data layout: with layout.conv=nhwc, 2-D Conv/FusedConv nodes run on
+// Convolution data layout: with layout.conv=nhwc (auto picks it on GPU targets, whose tensor
+// cores read channels-last; the CPU kernels prefer NCHW), 2-D Conv/FusedConv nodes run on
 // channels-last data: the activation is transposed to NHWC before and back to NCHW after
 // the conv (the node gets data_layout="NHWC"); adjacent transposes cancel afterwards.
 #include "passes/graph_rewrite.h"
@@ -9,7 +10,10 @@ namespace kiln {
 namespace {
 
 void assignConvLayout(Graph& g, const RouteValues& route) {
-    if (routeValue(route, "layout.conv") != "nhwc") return;
+    const std::string& layout = routeValue(route, "layout.conv");
+    const auto target = route.find(kTargetKey);
+    const bool gpu = target != route.end() && target->second == "cuda";
+    if (layout != "nhwc" && !(layout == "auto" && gpu)) return;
     std::vector<Node> added;
     for (auto& n : g.nodes) {
         if (n.op_type != "Conv" && n.op_type != "FusedConv") continue;
@@ -46,7 +50,8 @@ void assignConvLayout(Graph& g, const RouteValues& route) {
 
 Pass layoutAssignmentPass() {
     return {"layout_assignment",
-            {{"layout.conv", {"nchw", "nhwc"}, "nchw", "layout_assignment", "Data layout of 2-D convolutions (channels-first or channels-last)"}},
+            {{"layout.conv", {"auto", "nchw", "nhwc"}, "auto", "layout_assignment",
+              "Data layout of 2-D convolutions: channels-first, channels-last, or auto (nhwc on GPU targets, nchw on the CPU)"}},
             assignConvLayout};
 }
 

@@ -9,6 +9,9 @@
 
 namespace kiln {
 
+// The route values passes see also name the build's target under this key ("cpu", "cuda").
+inline constexpr const char* kTargetKey = "build.target";
+
 struct Pass {
     std::string name;
     std::vector<ParameterSpec> parameters;

@@ -2,6 +2,8 @@
 // /v1/completions and /v1/chat/completions (with server-sent-event streaming),
 // /v1/models, /health and /metrics (Prometheus text). Bad requests get OpenAI-style JSON
 // errors; when the request queue is full the answer is 429.
+#include <sys/socket.h>
+
 #include <httplib.h>
 
 #include <atomic>
@@ -59,6 +61,12 @@ public:
         const size_t workers = static_cast<size_t>(std::max<int64_t>(16, o_.max_queue + 8));
         http_.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
         http_.set_keep_alive_max_count(1000);
+        // httplib listens with a backlog of 5, too short for a burst of clients connecting at
+        // once; remember the listening socket so listen() can widen it after binding.
+        http_.set_socket_options([this](socket_t sock) {
+            httplib::default_socket_options(sock);
+            listen_socket_ = sock;
+        });
         http_.Get("/health", [](const httplib::Request&, httplib::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); });
         http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
             res.set_content(json{{"object", "list"}, {"data", {{{"id", o_.name}, {"object", "model"}, {"owned_by", "kiln"}}}}}.dump(), "application/json");
@@ -73,11 +81,13 @@ public:
         check(port > 0, "cannot listen on " + o_.host + ":" + std::to_string(o_.port));
         std::printf("kiln serve: %s on http://%s:%d\n", o_.name.c_str(), o_.host.c_str(), port);
         std::fflush(stdout);
+        if (listen_socket_ >= 0) ::listen(listen_socket_, SOMAXCONN);  // re-listening on Linux only changes the backlog
         http_.listen_after_bind();
     }
     void stop() { http_.stop(); }
 
 private:
+    socket_t listen_socket_ = -1;
     llm::Request parse(const json& body, bool chat, std::string* prompt_text) {
         llm::Request r;
         if (chat) {

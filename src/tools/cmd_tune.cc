@@ -9,6 +9,7 @@
 #include "onnx_import/importer.h"
 #include "route/expression.h"
 #include "tools/commands.h"
+#include "tools/engine_source.h"
 #include "tools/tune_mpi.h"
 #include "tuner/tuner.h"
 
@@ -21,6 +22,7 @@ struct TuneCommand {
     std::vector<std::string> tolerance;
     std::string strategy, budget;
     std::string output, report;
+    std::vector<std::string> shapes;  // NAME:DIMS
     bool dry_run = false, json = false;
 };
 
@@ -42,6 +44,7 @@ void execute(TuneCommand& c) {
     o.tolerance = AccuracyCriterion::parse(c.tolerance);
     if (!c.strategy.empty()) o.strategy = parseStrategy(c.strategy);
     o.budget = Budget::parse(c.budget);
+    for (const auto& spec : c.shapes) o.input_shapes.insert(parseNamedShape(spec, "--shapes"));
     check(o.policy.iterations > 0 && o.policy.warmup >= 0 && o.policy.timeout_s > 0, "--iterations must be positive, --warmup non-negative, --timeout-per-candidate positive");
     if (c.dry_run) {
         importOnnxModel(o.model_path);
@@ -108,6 +111,7 @@ void addTuneCommand(CLI::App& app) {
     cmd->add_option("model", o.model_path, "Model file (.onnx)")->required();
     cmd->add_option("--expr", o.expr, "Route expression whose routes (or, for greedy/mixed, whose parameter values) are searched; default: every value of the parameters that affect the model");
     cmd->add_option("--golden", o.golden_dir, "Folder with input_N.pb / output_N.pb (default: seeded random inputs, outputs of the f32 reference)");
+    cmd->add_option("--shapes", c->shapes, "Shapes of random golden inputs with symbolic dims, NAME:DIMS (repeatable; default: symbolic dims = 1)");
     cmd->add_option("--tolerance", c->tolerance,
                     "Accuracy criterion [OUTPUT:]METRIC=VALUE, repeatable: rel-l2 (default rel-l2=1e-3), max-abs, cosine, top-k=K");
     cmd->add_option("--tuning-cache", o.cache_path, "Append-only cache of measured candidates (JSON Lines)");

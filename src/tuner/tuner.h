@@ -6,6 +6,7 @@
 #pragma once
 #include <functional>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ struct TunerOptions {
     std::string expr;                 // "" = every value of the parameters that affect the model
     std::optional<Strategy> strategy; // unset: exhaustive when the expression gives <= 64 routes, else mixed
     std::string golden_dir;           // "" = seeded random inputs, outputs of the unoptimized f32 reference
+    std::map<std::string, Dims> input_shapes;  // --shapes: concrete shapes for random inputs with symbolic dims
     AccuracyCriterion tolerance;
     MeasurePolicy policy;
     std::string cache_path;

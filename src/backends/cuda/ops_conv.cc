@@ -1,7 +1,7 @@
 // Conv and FusedConv through cuDNN (NCHW, or NHWC for nodes the layout pass marked),
 // followed by one epilogue kernel for bias, residual and activation. The cuDNN forward
-// algorithm is the node's tactic ("cudnn:<algo>"): auto runs cuDNN's own timed search at
-// build time, heuristic takes cuDNN's first suggestion.
+// algorithm is the node's tactic ("cudnn:<algo>"): auto times cuDNN's heuristic and search
+// proposals at build time, heuristic takes cuDNN's first suggestion.
 #include <algorithm>
 
 #include "backends/cpu/reference/kernel_util.h"
@@ -100,28 +100,57 @@ void makePlan(OpContext& ctx, ConvPlan& p, DType t, const ConvGeometry& g, bool 
     }
 }
 
+// Successful algorithms of a cuDNN result list, in its order, at most `limit`.
+void appendAlgorithms(const cudnnConvolutionFwdAlgoPerf_t* perf, int found, size_t limit, std::vector<cudnnConvolutionFwdAlgo_t>& out) {
+    size_t taken = 0;
+    for (int i = 0; i < found && taken < limit; ++i) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+        ++taken;
+        if (std::find(out.begin(), out.end(), perf[i].algo) == out.end()) out.push_back(perf[i].algo);
+    }
+}
+
 void chooseAlgorithm(OpContext& ctx, ConvPlan& p, const void* x, const void* w, void* y) {
+    auto workspaceOf = [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
+        return cudnnGetConvolutionForwardWorkspaceSize(ctx.res.dnn(), p.x, p.w, p.conv, p.y, a, bytes) == CUDNN_STATUS_SUCCESS;
+    };
     if (!ctx.tactic.empty() && ctx.tactic.rfind("cudnn:", 0) == 0) {
         p.algo = static_cast<cudnnConvolutionFwdAlgo_t>(std::atoi(ctx.tactic.c_str() + 6));
     } else {
         constexpr int kRequested = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+        constexpr size_t kMaxWorkspace = 256u << 20;
         cudnnConvolutionFwdAlgoPerf_t perf[kRequested];
         int found = 0;
-        if (ctx.calibrate && routeValue(ctx.route, "tactic.cuda.conv") == "auto") {
-            const size_t ws = 256u << 20;
-            void* scratch = ctx.res.scratch(0, ws);
-            KILN_DNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(ctx.res.dnn(), p.x, x, p.w, w, p.conv, p.y, y, kRequested, &found, perf, scratch, ws),
+        std::vector<cudnnConvolutionFwdAlgo_t> candidates;
+        KILN_DNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.res.dnn(), p.x, p.w, p.conv, p.y, kRequested, &found, perf), ctx);
+        appendAlgorithms(perf, found, ctx.calibrate && routeValue(ctx.route, "tactic.cuda.conv") == "auto" ? 3 : 1, candidates);
+        if (candidates.size() > 1) {
+            // auto: cuDNN's own timed search proposes more, then every candidate is timed here, as
+            // it will run (this stream, this workspace, the plan's math type); cuDNN's search alone
+            // picked algorithms that ran slower than its heuristic inside the whole network.
+            void* scratch = ctx.res.scratch(0, kMaxWorkspace);
+            KILN_DNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(ctx.res.dnn(), p.x, x, p.w, w, p.conv, p.y, y, kRequested, &found, perf, scratch,
+                                                                  kMaxWorkspace),
                            ctx);
+            appendAlgorithms(perf, found, 3, candidates);
+            float best_ms = 0;
+            const float one = 1.f, zero = 0.f;
+            for (auto a : candidates) {
+                size_t bytes = 0;
+                if (!workspaceOf(a, &bytes) || bytes > kMaxWorkspace) continue;
+                bool ok = true;
+                const float ms = timeOnStream(ctx.stream(), [&] {
+                    ok = ok && cudnnConvolutionForward(ctx.res.dnn(), &one, p.x, x, p.w, w, p.conv, a, scratch, bytes, &zero, p.y, y) == CUDNN_STATUS_SUCCESS;
+                });
+                if (ok && (best_ms == 0 || ms < best_ms)) best_ms = ms, p.algo = a;
+            }
+            if (best_ms == 0) p.algo = candidates.front();
         } else {
-            KILN_DNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.res.dnn(), p.x, p.w, p.conv, p.y, kRequested, &found, perf), ctx);
+            if (candidates.empty()) ctx.unsupported("no cuDNN algorithm");
+            p.algo = candidates.front();
         }
-        int pick = -1;
-        for (int i = 0; i < found && pick < 0; ++i)
-            if (perf[i].status == CUDNN_STATUS_SUCCESS) pick = i;
-        if (pick < 0) ctx.unsupported("no cuDNN algorithm");
-        p.algo = perf[pick].algo;
     }
-    KILN_DNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(ctx.res.dnn(), p.x, p.w, p.conv, p.y, p.algo, &p.workspace), ctx);
+    ctx.require(workspaceOf(p.algo, &p.workspace), "cuDNN algorithm " + std::to_string(static_cast<int>(p.algo)) + " does not fit this convolution");
     ctx.chosen_tactic = "cudnn:" + std::to_string(static_cast<int>(p.algo));
 }
 
