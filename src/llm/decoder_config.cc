@@ -13,7 +13,7 @@ DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::stri
     check(j.is_object(), where + ": not a JSON object");
     auto integer = [&](std::initializer_list<const char*> keys, int64_t fallback = -1) {
         for (const char* k : keys)
-            if (j.contains(k)) {
+            if (j.contains(k) && !j[k].is_null()) {  // Hugging Face writes unset fields as null
                 check(j[k].is_number_integer() && j[k].get<int64_t>() > 0, where + ": '" + k + "' must be a positive integer");
                 return j[k].get<int64_t>();
             }
@@ -21,7 +21,7 @@ DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::stri
         return fallback;
     };
     auto number = [&](const char* k, double fallback) {
-        if (!j.contains(k)) return static_cast<float>(fallback);
+        if (!j.contains(k) || j[k].is_null()) return static_cast<float>(fallback);
         check(j[k].is_number(), where + ": '" + std::string(k) + "' must be a number");
         return j[k].get<float>();
     };
@@ -47,6 +47,12 @@ DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::stri
         c.max_positions = integer({"max_position_embeddings"}, 2048);
         c.norm_eps = number("rms_norm_eps", 1e-6);
         c.rope_theta = number("rope_theta", 10000.0);
+        if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j["rope_parameters"].contains("rope_theta")) {  // transformers 5
+            const auto& rp = j["rope_parameters"];
+            check(rp["rope_theta"].is_number(), where + ": 'rope_parameters.rope_theta' must be a number");
+            check(rp.value("rope_type", "default") == "default", where + ": rope_type '" + rp.value("rope_type", "") + "' is not supported (default only)");
+            c.rope_theta = rp["rope_theta"].get<float>();
+        }
         c.tie_embeddings = j.value("tie_word_embeddings", false);
     } else {
         throw Error(where + ": model_type '" + type + "' is not supported (gpt2, llama, mistral, qwen2)");

@@ -15,18 +15,6 @@ std::vector<float> toFloats(const Tensor& t) {
     return v;
 }
 
-// The weight named `name` (trying the given prefixes) with the expected shape.
-const Tensor& weight(const std::map<std::string, Tensor>& w, const std::vector<std::string>& prefixes, const std::string& name, const Dims& dims) {
-    for (const auto& p : prefixes) {
-        auto it = w.find(p + name);
-        if (it == w.end()) continue;
-        check(it->second.dims() == dims, "weight '" + p + name + "' has shape " + dimsToString(it->second.dims()) + ", the config implies " + dimsToString(dims));
-        check(isFloating(it->second.dtype()), "weight '" + p + name + "' is not a float tensor");
-        return it->second;
-    }
-    throw Error("missing weight '" + prefixes.front() + name + "'");
-}
-
 // nn.Linear stores [out][in]; the forward pass wants [in][out].
 std::vector<float> transposed(const Tensor& t) {
     const int64_t rows = t.dims()[0], cols = t.dims()[1];
@@ -71,7 +59,22 @@ void rope(float* v, int64_t heads, int64_t dim, int64_t pos, float theta) {
     }
 }
 
+const Tensor& weight(const std::map<std::string, Tensor>& w, const std::vector<std::string>& prefixes, const std::string& name, const Dims& dims) {
+    return findWeight(w, prefixes, name, dims);
+}
+
 }  // namespace
+
+const Tensor& findWeight(const std::map<std::string, Tensor>& w, const std::vector<std::string>& prefixes, const std::string& name, const Dims& dims) {
+    for (const auto& p : prefixes) {
+        auto it = w.find(p + name);
+        if (it == w.end()) continue;
+        check(it->second.dims() == dims, "weight '" + p + name + "' has shape " + dimsToString(it->second.dims()) + ", the config implies " + dimsToString(dims));
+        check(isFloating(it->second.dtype()), "weight '" + p + name + "' is not a float tensor");
+        return it->second;
+    }
+    throw Error("missing weight '" + prefixes.front() + name + "'");
+}
 
 DecoderModel::DecoderModel(DecoderConfig config, const std::map<std::string, Tensor>& w) : config_(config) {
     const DecoderConfig& c = config_;
@@ -140,6 +143,16 @@ DecoderModel DecoderModel::load(const std::filesystem::path& dir) {
 
 PagedKvCache DecoderModel::makeCache(int64_t block_size, int64_t num_blocks) const {
     return PagedKvCache(config_.layers, config_.kv_heads, config_.head_dim, block_size, num_blocks);
+}
+
+std::vector<float> DecoderModel::forwardBatch(PagedKvCache& cache, std::span<const SequenceChunk> chunks) const {
+    std::vector<float> logits;
+    logits.reserve(chunks.size() * static_cast<size_t>(config_.vocab));
+    for (const auto& c : chunks) {
+        const auto l = forward(cache, c.seq, c.tokens);
+        logits.insert(logits.end(), l.begin(), l.end());
+    }
+    return logits;
 }
 
 // Paged attention for one query (all heads) at position `pos`: keys/values of positions

@@ -10,12 +10,15 @@
 #include <vector>
 
 #include "ir/tensor.h"
-#include "llm/decoder_config.h"
-#include "llm/paged_kv_cache.h"
+#include "llm/language_model.h"
 
 namespace kiln::llm {
 
-class DecoderModel {
+// The weight named `name` (trying the given prefixes, e.g. "transformer." then "") with
+// the shape the config implies; an Error naming the weight otherwise.
+const Tensor& findWeight(const std::map<std::string, Tensor>& w, const std::vector<std::string>& prefixes, const std::string& name, const Dims& dims);
+
+class DecoderModel : public LanguageModel {
 public:
     // Weights by Hugging Face name (with or without the "transformer." / "model." prefix
     // styles of the two families); any float type, kept as f32.
@@ -23,8 +26,11 @@ public:
     // A folder with config.json and model.safetensors.
     static DecoderModel load(const std::filesystem::path& dir);
 
-    const DecoderConfig& config() const { return config_; }
-    PagedKvCache makeCache(int64_t block_size, int64_t num_blocks) const;
+    const DecoderConfig& config() const override { return config_; }
+    PagedKvCache makeCache(int64_t block_size, int64_t num_blocks) const override;
+    // The chunks one after another, each through forward().
+    std::vector<float> forwardBatch(PagedKvCache& cache, std::span<const SequenceChunk> chunks) const override;
+    std::string device() const override { return "cpu"; }
     // Runs `tokens` at the end of sequence `seq` (whose cache must have room), appends their
     // keys/values and returns the logits of the last token (all tokens' with all_logits).
     std::vector<float> forward(PagedKvCache& cache, int64_t seq, std::span<const int64_t> tokens, bool all_logits = false) const;

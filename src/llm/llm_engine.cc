@@ -2,7 +2,7 @@
 
 namespace kiln::llm {
 
-LlmEngine::LlmEngine(const DecoderModel& model, SchedulerOptions options, int64_t max_queue)
+LlmEngine::LlmEngine(const LanguageModel& model, SchedulerOptions options, int64_t max_queue)
     : model_(model), scheduler_(model, options), max_queue_(max_queue) {
     metrics_.kv_blocks_total = options.num_blocks;
     scheduler_.on_token = [this](int64_t id, int64_t token) {

@@ -32,7 +32,7 @@ struct EngineMetrics {
 
 class LlmEngine {
 public:
-    LlmEngine(const DecoderModel& model, SchedulerOptions options, int64_t max_queue);
+    LlmEngine(const LanguageModel& model, SchedulerOptions options, int64_t max_queue);
     ~LlmEngine();
     // nullptr when the queue is full. Throws Error for a bad request.
     std::shared_ptr<Stream> submit(const Request& r);
@@ -41,7 +41,7 @@ public:
 
 private:
     void loop();
-    const DecoderModel& model_;
+    const LanguageModel& model_;
     Scheduler scheduler_;
     int64_t max_queue_;
     std::mutex mutex_;

@@ -4,10 +4,10 @@
 
 namespace kiln::llm {
 
-PagedKvCache::PagedKvCache(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t num_blocks)
+PagedKvCache::PagedKvCache(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t num_blocks, bool host_storage)
     : layers_(layers), kv_heads_(kv_heads), head_dim_(head_dim), block_size_(block_size) {
     check(layers > 0 && kv_heads > 0 && head_dim > 0 && block_size > 0 && num_blocks > 0, "KV cache: sizes must be positive");
-    storage_.assign(static_cast<size_t>(num_blocks * 2 * layers * kv_heads * block_size * head_dim), 0.f);
+    if (host_storage) storage_.assign(static_cast<size_t>(num_blocks * 2 * layers * kv_heads * block_size * head_dim), 0.f);
     refcount_.assign(num_blocks, 0);
     for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
@@ -83,6 +83,7 @@ void PagedKvCache::append(int64_t seq, std::span<const int64_t> tokens) {
 }
 
 float* PagedKvCache::slot(int64_t seq, int64_t layer, int64_t head, int64_t pos, int kv) {
+    check(!storage_.empty(), "KV cache: keys and values of this cache live on the device");
     const Sequence& s = sequences_.at(seq);
     const int64_t block = s.blocks.at(pos / block_size_);
     const int64_t index = ((((block * 2 + kv) * layers_ + layer) * kv_heads_ + head) * block_size_ + pos % block_size_) * head_dim_;

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -17,7 +18,9 @@ struct KvCacheStats {
 
 class PagedKvCache {
 public:
-    PagedKvCache(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t num_blocks);
+    // With host_storage false the cache only manages blocks; the keys and values live with
+    // the model that computes them (a GPU model keeps them in device memory, device_storage).
+    PagedKvCache(int64_t layers, int64_t kv_heads, int64_t head_dim, int64_t block_size, int64_t num_blocks, bool host_storage = true);
 
     int64_t addSequence();
     void freeSequence(int64_t seq);
@@ -34,6 +37,9 @@ public:
     std::span<const int32_t> blockTable(int64_t seq) const { return sequences_.at(seq).blocks; }
     int64_t blockSize() const { return block_size_; }
     int64_t freeBlocks() const { return static_cast<int64_t>(free_.size()); }
+    int64_t numBlocks() const { return static_cast<int64_t>(refcount_.size()); }
+    // Device-side key/value storage of a GPU model (opaque here; owned with the cache).
+    std::shared_ptr<void> device_storage;
     // Key / value vector (head_dim floats) of token `pos` of a sequence.
     float* key(int64_t seq, int64_t layer, int64_t head, int64_t pos) { return slot(seq, layer, head, pos, 0); }
     float* value(int64_t seq, int64_t layer, int64_t head, int64_t pos) { return slot(seq, layer, head, pos, 1); }

@@ -6,7 +6,7 @@
 
 namespace kiln::llm {
 
-Scheduler::Scheduler(const DecoderModel& model, SchedulerOptions options)
+Scheduler::Scheduler(const LanguageModel& model, SchedulerOptions options)
     : model_(model), options_(options), cache_(model.makeCache(options.block_size, options.num_blocks)) {
     check(options.max_batch_size > 0 && options.max_num_tokens > 0, "max_batch_size and max_num_tokens must be positive");
 }
@@ -99,10 +99,15 @@ bool Scheduler::step(StepStats* stats) {
         work.erase(std::remove_if(work.begin(), work.end(), of_newest), work.end());
         w -= before;
     }
+    std::vector<SequenceChunk> chunks;
+    for (auto [i, n] : work) chunks.push_back({running_[i].seq, std::span<const int64_t>(running_[i].tokens).subspan(running_[i].computed, n)});
+    const std::vector<float> all_logits = model_.forwardBatch(cache_, chunks);
+    const size_t vocab = static_cast<size_t>(model_.config().vocab);
     std::vector<size_t> done;
-    for (auto [i, n] : work) {
+    for (size_t w = 0; w < work.size(); ++w) {
+        auto [i, n] = work[w];
         Running& r = running_[i];
-        auto logits = model_.forward(cache_, r.seq, std::span<const int64_t>(r.tokens).subspan(r.computed, n));
+        const std::span<const float> logits(all_logits.data() + w * vocab, vocab);
         r.computed += n;
         (n == 1 && r.computed > static_cast<int64_t>(states_.at(r.id).request.prompt.size()) ? st.decode_tokens : st.prefill_tokens) += n;
         if (r.computed < static_cast<int64_t>(r.tokens.size())) continue;  // prompt chunk: no token yet

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "llm/decoder_model.h"
+#include "llm/language_model.h"
 #include "llm/sampler.h"
 
 namespace kiln::llm {
@@ -47,7 +47,7 @@ struct StepStats {
 
 class Scheduler {
 public:
-    Scheduler(const DecoderModel& model, SchedulerOptions options);
+    Scheduler(const LanguageModel& model, SchedulerOptions options);
     int64_t add(Request r);
     void cancel(int64_t id);
     // Runs one step; returns false when nothing is left to do.
@@ -67,7 +67,7 @@ private:
     void finish(Running& r, FinishReason why);
     void preemptNewest();
 
-    const DecoderModel& model_;
+    const LanguageModel& model_;
     SchedulerOptions options_;
     PagedKvCache cache_;
     std::map<int64_t, RequestState> states_;

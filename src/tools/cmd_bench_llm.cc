@@ -18,7 +18,7 @@ namespace kiln::tools {
 namespace {
 
 struct BenchLlmOptions {
-    std::string model;
+    std::string model, target = "cpu";
     int64_t requests = 32, concurrency = 8, input_len = 32, output_len = 16;
     double rate = 0;  // requests/s, Poisson; 0 = all at once
     llm::SchedulerOptions scheduler;
@@ -37,7 +37,7 @@ nlohmann::json summary(std::vector<double> v) {
 
 void execute(BenchLlmOptions& o) {
     check(o.requests > 0 && o.concurrency > 0 && o.input_len > 0 && o.output_len > 0 && o.rate >= 0, "--requests, --concurrency, --input-len, --output-len must be positive, --rate >= 0");
-    const LoadedLlm m = loadLlm(o.model);
+    const LoadedLlm m = loadLlm(o.model, o.target);
     llm::Scheduler sched(*m.model, o.scheduler);
     std::mt19937_64 rng(o.seed);
     using Clock = std::chrono::steady_clock;
@@ -88,6 +88,7 @@ void execute(BenchLlmOptions& o) {
         for (size_t k = 1; k < t.size(); ++k) itl.push_back(t[k] - t[k - 1]);
     }
     nlohmann::json j = {{"model", o.model},
+                        {"device", m.model->device()},
                         {"requests", o.requests},
                         {"concurrency", o.concurrency},
                         {"rate_per_s", o.rate},
@@ -119,6 +120,7 @@ void addBenchLlmCommand(CLI::App& app) {
     auto o = std::make_shared<BenchLlmOptions>();
     CLI::App* cmd = app.add_subcommand("bench-llm", "Serving benchmark of the LLM runtime: TTFT, TPOT, inter-token latency, throughput");
     cmd->add_option("model", o->model, "Model folder (config.json, model.safetensors)")->required();
+    addLlmTargetOption(*cmd, o->target);
     cmd->add_option("--requests", o->requests, "Number of requests");
     cmd->add_option("--concurrency", o->concurrency, "Requests in flight at most");
     cmd->add_option("--rate", o->rate, "Arrival rate in requests/s (Poisson); 0 = all at once");

@@ -16,14 +16,14 @@ namespace kiln::tools {
 namespace {
 
 struct GenerateOptions {
-    std::string model, prompt, tokens;
+    std::string model, prompt, tokens, target = "cpu";
     llm::Request request;
     bool json = false;
 };
 
 void execute(GenerateOptions& o) {
     namespace fs = std::filesystem;
-    const LoadedLlm m = loadLlm(o.model);
+    const LoadedLlm m = loadLlm(o.model, o.target);
     check(o.prompt.empty() != o.tokens.empty(), "give exactly one of --prompt and --tokens");
     if (!o.prompt.empty()) {
         check(m.tokenizer != nullptr, o.model + ": no tokenizer.json or tokenizer.model; pass --tokens instead of --prompt");
@@ -68,6 +68,7 @@ void addGenerateCommand(CLI::App& app) {
     auto o = std::make_shared<GenerateOptions>();
     CLI::App* cmd = app.add_subcommand("generate", "Generate text with a decoder model (Hugging Face folder: config.json, model.safetensors, tokenizer.json)");
     cmd->add_option("model", o->model, "Model folder")->required();
+    addLlmTargetOption(*cmd, o->target);
     cmd->add_option("--prompt", o->prompt, "Prompt text (needs tokenizer.json)");
     cmd->add_option("--tokens", o->tokens, "Prompt as token ids: 1,2,3");
     cmd->add_option("--max-tokens", o->request.max_tokens, "Tokens to generate at most");

@@ -23,7 +23,7 @@ namespace {
 using nlohmann::json;
 
 struct ServeOptions {
-    std::string model, host = "127.0.0.1", name;
+    std::string model, host = "127.0.0.1", name, target = "cpu";
     int port = 8000;
     int64_t max_queue = 64;
     llm::SchedulerOptions scheduler;
@@ -239,7 +239,7 @@ private:
 Server* g_server = nullptr;
 
 void execute(ServeOptions& o) {
-    Server server(o, loadLlm(o.model));
+    Server server(o, loadLlm(o.model, o.target));
     g_server = &server;
     std::signal(SIGTERM, [](int) { if (g_server) g_server->stop(); });
     std::signal(SIGINT, [](int) { if (g_server) g_server->stop(); });
@@ -253,6 +253,7 @@ void addServeCommand(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
     CLI::App* cmd = app.add_subcommand("serve", "Serve a decoder model over an OpenAI-compatible HTTP API");
     cmd->add_option("model", o->model, "Model folder (config.json, model.safetensors, optional tokenizer.json)")->required();
+    addLlmTargetOption(*cmd, o->target);
     cmd->add_option("--host", o->host, "Address to listen on");
     cmd->add_option("--port", o->port, "Port (0: any free port, printed at start)");
     cmd->add_option("--served-model-name", o->name, "Model id reported by /v1/models");

@@ -6,17 +6,23 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
+#include "ir/error.h"
 #include "llm/tokenizer.h"
-#include "llm/decoder_model.h"
+#include "llm/language_model.h"
 
 namespace kiln::tools {
 
 struct LoadedLlm {
-    std::unique_ptr<llm::DecoderModel> model;
+    std::unique_ptr<llm::LanguageModel> model;
     std::shared_ptr<llm::Tokenizer> tokenizer;  // null without tokenizer.json / tokenizer.model
 };
 
-LoadedLlm loadLlm(const std::string& dir);
+// target: "cpu" (f32 reference decoder) or "cuda" (f16 GPU decoder).
+LoadedLlm loadLlm(const std::string& dir, const std::string& target = "cpu");
+// Registers --target on an LLM command.
+void addLlmTargetOption(CLI::App& cmd, std::string& target);
 std::vector<int64_t> parseTokenList(const std::string& text, const std::string& flag);
 
 }  // namespace kiln::tools

@@ -115,7 +115,9 @@ TEST(MemoryPlan, LiveBuffersNeverOverlapAndReuseSavesMemory) {
                 bool apart = plan.offsets[a] + req[a].bytes <= plan.offsets[b] || plan.offsets[b] + req[b].bytes <= plan.offsets[a];
                 EXPECT_TRUE(!live || apart) << strategy;
             }
-        if (strategy != "none") EXPECT_LT(plan.arena_bytes, plan.unplanned_bytes);
+        if (strategy != "none") {
+            EXPECT_LT(plan.arena_bytes, plan.unplanned_bytes);
+        }
     }
     EXPECT_THROW(planMemory({}, "bogus"), Error);
 }

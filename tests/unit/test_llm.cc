@@ -14,75 +14,15 @@
 #include "llm/decoder_model.h"
 #include "llm/safetensors.h"
 #include "llm/sampler.h"
+#include "llm_test_models.h"
 #include "llm/scheduler.h"
 
 using namespace kiln;
 using namespace kiln::llm;
+using namespace kiln::llm::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-using Weights = std::map<std::string, Tensor>;
-
-Tensor randomTensor(const Dims& dims, std::mt19937& rng, float scale = 0.2f) {
-    Tensor t(DType::F32, dims);
-    std::normal_distribution<float> n(0.f, scale);
-    for (auto& v : t.span<float>()) v = n(rng);
-    return t;
-}
-
-DecoderConfig tinyConfig(Family family) {
-    DecoderConfig c;
-    c.family = family;
-    c.vocab = 37, c.hidden = 16, c.layers = 2, c.heads = 4, c.head_dim = 4, c.intermediate = 24, c.max_positions = 64;
-    c.kv_heads = family == Family::Llama ? 2 : 4;  // grouped-query attention for Llama
-    c.tie_embeddings = family == Family::Gpt2;
-    return c;
-}
-
-Weights randomWeights(const DecoderConfig& c, uint32_t seed) {
-    std::mt19937 rng(seed);
-    Weights w;
-    const int64_t H = c.hidden, I = c.intermediate, Q = c.heads * c.head_dim, KV = c.kv_heads * c.head_dim;
-    if (c.family == Family::Gpt2) {
-        w["transformer.wte.weight"] = randomTensor({c.vocab, H}, rng);
-        w["transformer.wpe.weight"] = randomTensor({c.max_positions, H}, rng);
-        w["transformer.ln_f.weight"] = randomTensor({H}, rng, 1.f);
-        w["transformer.ln_f.bias"] = randomTensor({H}, rng);
-        for (int64_t l = 0; l < c.layers; ++l) {
-            const std::string n = "transformer.h." + std::to_string(l) + ".";
-            for (const char* ln : {"ln_1", "ln_2"}) {
-                w[n + ln + ".weight"] = randomTensor({H}, rng, 1.f);
-                w[n + ln + ".bias"] = randomTensor({H}, rng);
-            }
-            w[n + "attn.c_attn.weight"] = randomTensor({H, 3 * H}, rng);
-            w[n + "attn.c_attn.bias"] = randomTensor({3 * H}, rng);
-            w[n + "attn.c_proj.weight"] = randomTensor({H, H}, rng);
-            w[n + "attn.c_proj.bias"] = randomTensor({H}, rng);
-            w[n + "mlp.c_fc.weight"] = randomTensor({H, I}, rng);
-            w[n + "mlp.c_fc.bias"] = randomTensor({I}, rng);
-            w[n + "mlp.c_proj.weight"] = randomTensor({I, H}, rng);
-            w[n + "mlp.c_proj.bias"] = randomTensor({H}, rng);
-        }
-    } else {
-        w["model.embed_tokens.weight"] = randomTensor({c.vocab, H}, rng);
-        w["model.norm.weight"] = randomTensor({H}, rng, 1.f);
-        w["lm_head.weight"] = randomTensor({c.vocab, H}, rng);
-        for (int64_t l = 0; l < c.layers; ++l) {
-            const std::string n = "model.layers." + std::to_string(l) + ".";
-            w[n + "input_layernorm.weight"] = randomTensor({H}, rng, 1.f);
-            w[n + "post_attention_layernorm.weight"] = randomTensor({H}, rng, 1.f);
-            w[n + "self_attn.q_proj.weight"] = randomTensor({Q, H}, rng);
-            w[n + "self_attn.k_proj.weight"] = randomTensor({KV, H}, rng);
-            w[n + "self_attn.v_proj.weight"] = randomTensor({KV, H}, rng);
-            w[n + "self_attn.o_proj.weight"] = randomTensor({H, Q}, rng);
-            w[n + "mlp.gate_proj.weight"] = randomTensor({I, H}, rng);
-            w[n + "mlp.up_proj.weight"] = randomTensor({I, H}, rng);
-            w[n + "mlp.down_proj.weight"] = randomTensor({H, I}, rng);
-        }
-    }
-    return w;
-}
 
 // ---- Independent dense reference in float64: whole sequence, no cache. ----
 using Mat = std::vector<std::vector<double>>;  // [tokens][features]

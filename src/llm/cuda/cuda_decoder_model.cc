@@ -1,0 +1,353 @@
+#include "llm/cuda/cuda_decoder_model.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_executor.h"
+#include "ir/half.h"
+#include "llm/cuda/decoder_kernels.h"
+#include "llm/decoder_model.h"
+#include "llm/safetensors.h"
+
+namespace kiln::llm {
+
+namespace {
+
+#define KILN_BLAS_CHECK(call)                                                                                        \
+    do {                                                                                                             \
+        const cublasStatus_t kiln_blas_ = (call);                                                                    \
+        if (kiln_blas_ != CUBLAS_STATUS_SUCCESS) throw Error(std::string("cuBLAS error in ") + #call + ": " + cublasGetStatusString(kiln_blas_)); \
+    } while (0)
+
+// Device memory freed with its owner.
+struct DeviceBuffer {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(size_t n) : bytes(n) { KILN_CUDA_CHECK(cudaMalloc(&ptr, n ? n : 1)); }
+    DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(o.ptr), bytes(o.bytes) { o.ptr = nullptr; }
+    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+        std::swap(ptr, o.ptr);
+        std::swap(bytes, o.bytes);
+        return *this;
+    }
+    ~DeviceBuffer() {
+        if (ptr) cudaFree(ptr);
+    }
+    template <class T>
+    T* as() const { return static_cast<T*>(ptr); }
+};
+
+// A weight in f16, optionally transposed from [rows][cols] to [cols][rows].
+std::vector<uint16_t> halfBits(const Tensor& t, bool transpose = false) {
+    const int64_t n = t.numel();
+    std::vector<uint16_t> out(static_cast<size_t>(n));
+    if (t.dtype() == DType::F16 && !transpose) {
+        std::memcpy(out.data(), t.raw(), out.size() * 2);
+        return out;
+    }
+    const int64_t rows = transpose ? t.dims()[0] : 1, cols = transpose ? t.dims()[1] : n;
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) out[transpose ? c * rows + r : r * cols + c] = Half::fromFloat(static_cast<float>(t.scalarAt(r * cols + c)));
+    return out;
+}
+
+std::vector<float> floats(const Tensor& t) {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<float>(t.scalarAt(i));
+    return v;
+}
+
+template <class T>
+DeviceBuffer upload(const std::vector<T>& host) {
+    DeviceBuffer b(host.size() * sizeof(T));
+    KILN_CUDA_CHECK(cudaMemcpy(b.ptr, host.data(), b.bytes, cudaMemcpyHostToDevice));
+    return b;
+}
+
+std::vector<uint16_t> concatRows(std::initializer_list<std::vector<uint16_t>> parts) {
+    std::vector<uint16_t> out;
+    for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+}
+
+struct LayerWeights {
+    DeviceBuffer norm1_w, norm1_b, norm2_w, norm2_b;  // f32
+    DeviceBuffer qkv, qkv_b, o, o_b, up, up_b, down, down_b;  // f16, matrices [out][in]
+};
+
+// Per-step activation buffers, sized for a token and chunk capacity.
+struct Activations {
+    int64_t tokens = 0, chunks = 0;
+    DeviceBuffer x, h, qkv, q, att, proj, mlp, mlp_act, final_h, logits, meta;
+};
+
+class CudaDecoderModel : public LanguageModel {
+public:
+    CudaDecoderModel(const DecoderConfig& c, const std::map<std::string, Tensor>& w, CudaDecoderOptions options) : config_(c), options_(options) {
+        std::string why;
+        check(::kiln::cuda::deviceAvailable(&why), "--target cuda: " + why);
+        check(c.head_dim == 64 || c.head_dim == 128, "the GPU decoder supports head_dim 64 or 128, this model has " + std::to_string(c.head_dim));
+        check(c.heads % c.kv_heads == 0, "heads must be a multiple of kv_heads");
+        cudaDeviceProp prop{};
+        KILN_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+        device_ = prop.name;
+        KILN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        KILN_BLAS_CHECK(cublasCreate(&blas_));
+        KILN_BLAS_CHECK(cublasSetStream(blas_, stream_));
+        blas_workspace_ = DeviceBuffer(32u << 20);  // fixed, so captured graphs never see cuBLAS allocate
+        KILN_BLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_.ptr, blas_workspace_.bytes));
+        loadWeights(w);
+    }
+    ~CudaDecoderModel() override {
+        for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
+        if (pinned_) cudaFreeHost(pinned_);
+        if (pinned_logits_) cudaFreeHost(pinned_logits_);
+        if (blas_) cublasDestroy(blas_);
+        if (stream_) cudaStreamDestroy(stream_);
+    }
+
+    const DecoderConfig& config() const override { return config_; }
+    std::string device() const override { return device_; }
+
+    PagedKvCache makeCache(int64_t block_size, int64_t num_blocks) const override {
+        PagedKvCache cache(config_.layers, config_.kv_heads, config_.head_dim, block_size, num_blocks, false);
+        const size_t bytes = static_cast<size_t>(config_.layers * 2 * num_blocks * config_.kv_heads * block_size * config_.head_dim) * 2;
+        void* p = nullptr;
+        KILN_CUDA_CHECK(cudaMalloc(&p, bytes));
+        cache.device_storage = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+        return cache;
+    }
+
+    std::vector<float> forwardBatch(PagedKvCache& cache, std::span<const SequenceChunk> chunks) const override {
+        check(cache.device_storage != nullptr, "the GPU decoder needs a KV cache made by its makeCache");
+        const int64_t S = static_cast<int64_t>(chunks.size());
+        int64_t T = 0;
+        for (const auto& c : chunks) T += static_cast<int64_t>(c.tokens.size());
+        check(S > 0 && T > 0, "forwardBatch needs at least one token");
+        const int64_t bs = cache.blockSize();
+        const int max_blocks = static_cast<int>(std::min<int64_t>((config_.max_positions + bs - 1) / bs, cache.numBlocks()));
+        ensureCapacity(T, S, max_blocks);
+        // Metadata, one int32 upload: tokens, positions, slots, token_chunk [T], last [S], tables [S][max_blocks].
+        int32_t* tok = pinned_;
+        int32_t *pos = tok + T, *slot = pos + T, *chunk_of = slot + T, *last = chunk_of + T, *tables = last + S;
+        int64_t row = 0;
+        for (int64_t s = 0; s < S; ++s) {
+            const auto& c = chunks[s];
+            const int64_t start = cache.length(c.seq);
+            const auto table = cache.blockTable(c.seq);
+            check(static_cast<int64_t>(table.size()) * bs >= start + static_cast<int64_t>(c.tokens.size()), "forwardBatch: the KV cache has no room reserved for these tokens");
+            check(start + static_cast<int64_t>(c.tokens.size()) <= config_.max_positions, "sequence longer than the model's " + std::to_string(config_.max_positions) + " positions");
+            check(static_cast<int64_t>(table.size()) <= max_blocks, "sequence needs more KV blocks than a block table holds");
+            for (size_t i = 0; i < c.tokens.size(); ++i, ++row) {
+                check(c.tokens[i] >= 0 && c.tokens[i] < config_.vocab, "token id " + std::to_string(c.tokens[i]) + " outside the vocabulary of " + std::to_string(config_.vocab));
+                const int64_t p = start + static_cast<int64_t>(i);
+                tok[row] = static_cast<int32_t>(c.tokens[i]);
+                pos[row] = static_cast<int32_t>(p);
+                slot[row] = static_cast<int32_t>(table[p / bs] * bs + p % bs);
+                chunk_of[row] = static_cast<int32_t>(s);
+            }
+            last[s] = static_cast<int32_t>(row - 1);
+            std::memset(tables + s * max_blocks, 0, sizeof(int32_t) * max_blocks);
+            std::memcpy(tables + s * max_blocks, table.data(), sizeof(int32_t) * table.size());
+        }
+        const size_t meta_ints = static_cast<size_t>(4 * T + S + S * max_blocks);
+        KILN_CUDA_CHECK(cudaMemcpyAsync(act_.meta.ptr, pinned_, meta_ints * 4, cudaMemcpyHostToDevice, stream_));
+        const bool decode_only = T == S;
+        void* pool = cache.device_storage.get();
+        if (decode_only && options_.cuda_graphs) {
+            auto it = graphs_.find(S);
+            if (it == graphs_.end() || it->second.pool != pool || it->second.max_blocks != max_blocks || it->second.block_size != bs) {
+                if (it != graphs_.end()) cudaGraphExecDestroy(it->second.exec), graphs_.erase(it);
+                cudaGraph_t graph;
+                KILN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+                try {
+                    compute(T, S, max_blocks, bs, pool, cache.numBlocks());
+                } catch (...) {
+                    cudaStreamEndCapture(stream_, &graph);
+                    throw;
+                }
+                KILN_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+                Captured cap{nullptr, pool, max_blocks, bs};
+                KILN_CUDA_CHECK(cudaGraphInstantiate(&cap.exec, graph, 0));
+                cudaGraphDestroy(graph);
+                it = graphs_.emplace(S, cap).first;
+            }
+            KILN_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
+        } else {
+            compute(T, S, max_blocks, bs, pool, cache.numBlocks());
+        }
+        const size_t V = static_cast<size_t>(config_.vocab);
+        KILN_CUDA_CHECK(cudaMemcpyAsync(pinned_logits_, act_.logits.ptr, S * V * 4, cudaMemcpyDeviceToHost, stream_));
+        KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        for (const auto& c : chunks) cache.append(c.seq, c.tokens);
+        return std::vector<float>(pinned_logits_, pinned_logits_ + S * V);
+    }
+
+private:
+    struct Captured {
+        cudaGraphExec_t exec;
+        void* pool;
+        int max_blocks;
+        int64_t block_size;
+    };
+
+    void gemm(int64_t rows, int64_t out, int64_t in, const DeviceBuffer& w, const void* x, void* y, bool f32_out = false) const {
+        const float one = 1.f, zero = 0.f;
+        // y[rows][out] = x[rows][in] * w[out][in]^T (column-major: y^T = w * x^T)
+        KILN_BLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), static_cast<int>(rows), static_cast<int>(in), &one, w.ptr,
+                                     CUDA_R_16F, static_cast<int>(in), x, CUDA_R_16F, static_cast<int>(in), &zero, y, f32_out ? CUDA_R_32F : CUDA_R_16F,
+                                     static_cast<int>(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+
+    // The whole step on stream_, reading metadata from act_.meta (capturable).
+    void compute(int64_t T, int64_t S, int max_blocks, int64_t bs, void* pool, int64_t num_blocks) const {
+        const DecoderConfig& c = config_;
+        const int64_t H = c.hidden, D = c.head_dim, Q = c.heads * D, KV = c.kv_heads * D, I = c.intermediate;
+        const bool llama = c.family == Family::Llama;
+        const int32_t* meta = act_.meta.as<int32_t>();
+        cuda::StepMeta m{meta, meta + T, meta + 2 * T, meta + 3 * T, meta + 4 * T, meta + 4 * T + S, max_blocks};
+        const int Ti = static_cast<int>(T);
+        cuda::launchEmbed(Ti, static_cast<int>(H), m, embed_.as<__half>(), llama ? nullptr : positions_.as<__half>(), act_.x.as<float>(), stream_);
+        const size_t layer_elems = static_cast<size_t>(num_blocks * c.kv_heads * bs * D);  // keys (or values) of one layer
+        for (int64_t l = 0; l < c.layers; ++l) {
+            const LayerWeights& L = layers_[l];
+            // x += previous layer's MLP output (none before the first layer), h = norm1(x)
+            const bool first = l == 0;
+            cuda::launchAddNorm(Ti, static_cast<int>(H), nullptr, act_.x.as<float>(), first ? nullptr : act_.proj.as<__half>(),
+                                first ? nullptr : layers_[l - 1].down_b.as<__half>(), L.norm1_w.as<float>(), L.norm1_b.as<float>(), c.norm_eps, llama,
+                                act_.h.as<__half>(), stream_);
+            gemm(T, Q + 2 * KV, H, L.qkv, act_.h.ptr, act_.qkv.ptr);
+            __half* base = static_cast<__half*>(pool) + 2 * l * layer_elems;
+            const cuda::KvLayer kv{base, base + layer_elems, static_cast<int>(c.kv_heads), static_cast<int>(D), static_cast<int>(bs)};
+            cuda::launchQkvToCache(Ti, static_cast<int>(c.heads), act_.qkv.as<__half>(), L.qkv_b.as<__half>(), m, kv, llama, c.rope_theta, act_.q.as<__half>(),
+                                   stream_);
+            cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, kv, 1.f / std::sqrt(static_cast<float>(D)),
+                                       act_.att.as<__half>(), stream_);
+            gemm(T, H, Q, L.o, act_.att.ptr, act_.proj.ptr);
+            cuda::launchAddNorm(Ti, static_cast<int>(H), nullptr, act_.x.as<float>(), act_.proj.as<__half>(), L.o_b.as<__half>(), L.norm2_w.as<float>(),
+                                L.norm2_b.as<float>(), c.norm_eps, llama, act_.h.as<__half>(), stream_);
+            gemm(T, llama ? 2 * I : I, H, L.up, act_.h.ptr, act_.mlp.ptr);
+            cuda::launchMlpActivation(Ti, static_cast<int>(I), act_.mlp.as<__half>(), L.up_b.as<__half>(), llama, act_.mlp_act.as<__half>(), stream_);
+            gemm(T, H, I, L.down, act_.mlp_act.ptr, act_.proj.ptr);
+        }
+        // Only each chunk's last token needs logits: x += last MLP output, final norm, LM head.
+        cuda::launchAddNorm(static_cast<int>(S), static_cast<int>(H), m.last_token, act_.x.as<float>(), act_.proj.as<__half>(),
+                            layers_.back().down_b.as<__half>(), final_w_.as<float>(), final_b_.as<float>(), c.norm_eps, llama, act_.final_h.as<__half>(),
+                            stream_);
+        gemm(S, c.vocab, H, *lm_head_, act_.final_h.ptr, act_.logits.ptr, true);
+        KILN_CUDA_CHECK(cudaGetLastError());
+    }
+
+    void ensureCapacity(int64_t T, int64_t S, int max_blocks) const {
+        const DecoderConfig& c = config_;
+        if (T > act_.tokens || S > act_.chunks || max_blocks > max_blocks_) {
+            const int64_t t = std::max({T, 2 * act_.tokens, int64_t{64}}), s = std::max({S, 2 * act_.chunks, int64_t{8}});
+            const int64_t H = c.hidden, Q = c.heads * c.head_dim, KV = c.kv_heads * c.head_dim, I = c.intermediate;
+            for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
+            graphs_.clear();
+            KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+            act_ = Activations{};
+            act_.tokens = t, act_.chunks = s;
+            act_.x = DeviceBuffer(t * H * 4);
+            act_.h = DeviceBuffer(t * H * 2);
+            act_.qkv = DeviceBuffer(t * (Q + 2 * KV) * 2);
+            act_.q = DeviceBuffer(t * Q * 2);
+            act_.att = DeviceBuffer(t * Q * 2);
+            act_.proj = DeviceBuffer(t * H * 2);
+            act_.mlp = DeviceBuffer(t * 2 * I * 2);
+            act_.mlp_act = DeviceBuffer(t * I * 2);
+            act_.final_h = DeviceBuffer(s * H * 2);
+            act_.logits = DeviceBuffer(s * c.vocab * 4);
+            max_blocks_ = std::max(max_blocks_, max_blocks);
+            act_.meta = DeviceBuffer((4 * t + s + s * max_blocks_) * 4);
+            if (pinned_) cudaFreeHost(pinned_);
+            if (pinned_logits_) cudaFreeHost(pinned_logits_);
+            KILN_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_), (4 * t + s + s * max_blocks_) * 4));
+            KILN_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_logits_), s * c.vocab * 4));
+        }
+    }
+
+    void loadWeights(const std::map<std::string, Tensor>& w) {
+        const DecoderConfig& c = config_;
+        const int64_t H = c.hidden, D = c.head_dim, Q = c.heads * D, KV = c.kv_heads * D, I = c.intermediate;
+        if (c.family == Family::Gpt2) {
+            const std::vector<std::string> p = {"transformer.", ""};
+            embed_ = upload(halfBits(findWeight(w, p, "wte.weight", {c.vocab, H})));
+            positions_ = upload(halfBits(findWeight(w, p, "wpe.weight", {c.max_positions, H})));
+            final_w_ = upload(floats(findWeight(w, p, "ln_f.weight", {H})));
+            final_b_ = upload(floats(findWeight(w, p, "ln_f.bias", {H})));
+            for (int64_t l = 0; l < c.layers; ++l) {
+                const std::string n = "h." + std::to_string(l) + ".";
+                LayerWeights L;
+                L.norm1_w = upload(floats(findWeight(w, p, n + "ln_1.weight", {H})));
+                L.norm1_b = upload(floats(findWeight(w, p, n + "ln_1.bias", {H})));
+                L.norm2_w = upload(floats(findWeight(w, p, n + "ln_2.weight", {H})));
+                L.norm2_b = upload(floats(findWeight(w, p, n + "ln_2.bias", {H})));
+                // GPT-2's Conv1D stores [in][out]: transposed to [out][in] (q|k|v rows stay in order).
+                L.qkv = upload(halfBits(findWeight(w, p, n + "attn.c_attn.weight", {H, 3 * H}), true));
+                L.qkv_b = upload(halfBits(findWeight(w, p, n + "attn.c_attn.bias", {3 * H})));
+                L.o = upload(halfBits(findWeight(w, p, n + "attn.c_proj.weight", {H, H}), true));
+                L.o_b = upload(halfBits(findWeight(w, p, n + "attn.c_proj.bias", {H})));
+                L.up = upload(halfBits(findWeight(w, p, n + "mlp.c_fc.weight", {H, I}), true));
+                L.up_b = upload(halfBits(findWeight(w, p, n + "mlp.c_fc.bias", {I})));
+                L.down = upload(halfBits(findWeight(w, p, n + "mlp.c_proj.weight", {I, H}), true));
+                L.down_b = upload(halfBits(findWeight(w, p, n + "mlp.c_proj.bias", {H})));
+                layers_.push_back(std::move(L));
+            }
+            lm_head_ = &embed_;  // tied
+        } else {
+            const std::vector<std::string> p = {"model.", ""};
+            embed_ = upload(halfBits(findWeight(w, p, "embed_tokens.weight", {c.vocab, H})));
+            final_w_ = upload(floats(findWeight(w, p, "norm.weight", {H})));
+            for (int64_t l = 0; l < c.layers; ++l) {
+                const std::string n = "layers." + std::to_string(l) + ".";
+                LayerWeights L;
+                L.norm1_w = upload(floats(findWeight(w, p, n + "input_layernorm.weight", {H})));
+                L.norm2_w = upload(floats(findWeight(w, p, n + "post_attention_layernorm.weight", {H})));
+                L.qkv = upload(concatRows({halfBits(findWeight(w, p, n + "self_attn.q_proj.weight", {Q, H})),
+                                           halfBits(findWeight(w, p, n + "self_attn.k_proj.weight", {KV, H})),
+                                           halfBits(findWeight(w, p, n + "self_attn.v_proj.weight", {KV, H}))}));
+                L.o = upload(halfBits(findWeight(w, p, n + "self_attn.o_proj.weight", {H, Q})));
+                L.up = upload(concatRows({halfBits(findWeight(w, p, n + "mlp.gate_proj.weight", {I, H})), halfBits(findWeight(w, p, n + "mlp.up_proj.weight", {I, H}))}));
+                L.down = upload(halfBits(findWeight(w, p, n + "mlp.down_proj.weight", {H, I})));
+                layers_.push_back(std::move(L));
+            }
+            const bool tied = c.tie_embeddings || !w.count("lm_head.weight");
+            if (tied) lm_head_ = &embed_;
+            else separate_head_ = upload(halfBits(findWeight(w, {""}, "lm_head.weight", {c.vocab, H}))), lm_head_ = &separate_head_;
+        }
+    }
+
+    DecoderConfig config_;
+    CudaDecoderOptions options_;
+    std::string device_;
+    cudaStream_t stream_ = nullptr;
+    cublasHandle_t blas_ = nullptr;
+    DeviceBuffer blas_workspace_, embed_, positions_, final_w_, final_b_, separate_head_;
+    const DeviceBuffer* lm_head_ = nullptr;
+    std::vector<LayerWeights> layers_;
+    // Step state: the scheduler runs one step at a time.
+    mutable Activations act_;
+    mutable int max_blocks_ = 0;
+    mutable int32_t* pinned_ = nullptr;
+    mutable float* pinned_logits_ = nullptr;
+    mutable std::map<int64_t, Captured> graphs_;
+};
+
+}  // namespace
+
+std::unique_ptr<LanguageModel> makeCudaDecoderModel(const DecoderConfig& config, const std::map<std::string, Tensor>& weights, CudaDecoderOptions options) {
+    return std::make_unique<CudaDecoderModel>(config, weights, options);
+}
+
+std::unique_ptr<LanguageModel> loadCudaDecoderModel(const std::filesystem::path& dir, CudaDecoderOptions options) {
+    return makeCudaDecoderModel(DecoderConfig::load(dir / "config.json"), readSafetensors(dir / "model.safetensors"), options);
+}
+
+}  // namespace kiln::llm

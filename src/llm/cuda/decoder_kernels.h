@@ -1,0 +1,44 @@
+// Kernels of the GPU decoder step (f16 storage, f32 math). Token rows of a step come from
+// several sequences; per-token metadata (positions, cache slots, which chunk) is read from
+// device arrays so that one captured CUDA graph serves every decode step of a batch size.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace kiln::llm::cuda {
+
+// Device arrays describing one step: T tokens from S chunks.
+struct StepMeta {
+    const int32_t* tokens;        // [T]
+    const int32_t* positions;     // [T] position in its sequence
+    const int32_t* slots;         // [T] cache slot: block * block_size + offset
+    const int32_t* token_chunk;   // [T] chunk of each token
+    const int32_t* last_token;    // [S] row of each chunk's last token
+    const int32_t* block_tables;  // [S][max_blocks]
+    int max_blocks;
+};
+
+struct KvLayer {
+    __half *k, *v;  // [block][kv_head][slot][head_dim]
+    int kv_heads, head_dim, block_size;
+};
+
+// x[t] = wte[token] (+ wpe[position]), f32 residual stream.
+void launchEmbed(int T, int H, const StepMeta& m, const __half* wte, const __half* wpe, float* x, cudaStream_t s);
+// For each output row r (token row_map[r], or r): x += add + bias (when add), then
+// out[r] = LayerNorm/RMSNorm(x) * w (+ b).
+void launchAddNorm(int rows, int H, const int32_t* row_map, float* x, const __half* add, const __half* add_bias, const float* w, const float* b,
+                   float eps, bool rms, __half* out, cudaStream_t s);
+// Splits fused q|k|v rows (+ bias), applies rotary embeddings (Llama), writes q to `q`
+// and k, v into the paged cache at each token's slot.
+void launchQkvToCache(int T, int heads, const __half* qkv, const __half* bias, const StepMeta& m, const KvLayer& kv, bool rope, float theta,
+                      __half* q, cudaStream_t s);
+// Causal attention of each token over its sequence's cached keys/values up to its
+// position, read through the block table; query head h reads kv head h / (heads / kv_heads).
+void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, __half* out, cudaStream_t s);
+// GPT-2: out = gelu_tanh(in + bias), in [T][I]. Llama: out = silu(in[:, :I]) * in[:, I:].
+void launchMlpActivation(int T, int I, const __half* in, const __half* bias, bool swiglu, __half* out, cudaStream_t s);
+
+}  // namespace kiln::llm::cuda
