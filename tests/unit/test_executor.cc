@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cpu/reference/kernel.h"
+#include "backends/cpu/reference/kernel_util.h"
 #include "onnx_import/importer.h"
 #include "runtime/accuracy.h"
 #include "runtime/executor.h"
@@ -33,6 +34,25 @@ std::string runError(const Graph& g, const TensorMap& inputs) {
 
 TEST(OpSupport, EveryImportableOpHasACpuKernel) {
     for (const auto& op : supportedOps()) EXPECT_NE(referenceKernels().find(op.op_type), nullptr) << op.op_type;
+}
+
+// One range helper serves the CPU and CUDA Slice kernels; these pin it against the ONNX
+// Slice text, including the clamps for negative steps that numpy-style slicing treats
+// differently (a start below -dim reads element 0 rather than nothing).
+TEST(Executor, SliceRangesFollowTheOnnxClamps) {
+    auto r = [](int64_t s, int64_t e, int64_t st, int64_t d) {
+        const SliceRange x = sliceRange(s, e, st, d);
+        return std::pair<int64_t, int64_t>{x.first, x.count};
+    };
+    EXPECT_EQ(r(1, 4, 1, 5), std::make_pair(int64_t{1}, int64_t{3}));
+    EXPECT_EQ(r(0, 100, 2, 5), std::make_pair(int64_t{0}, int64_t{3}));            // end clamped to dim
+    EXPECT_EQ(r(-2, INT64_MAX, 1, 5), std::make_pair(int64_t{3}, int64_t{2}));
+    EXPECT_EQ(r(-1, INT64_MIN, -1, 5), std::make_pair(int64_t{4}, int64_t{5}));     // full reverse
+    EXPECT_EQ(r(10, 1, -2, 5), std::make_pair(int64_t{4}, int64_t{2}));             // start clamped to dim-1: 4, 2
+    EXPECT_EQ(r(-10, -100, -1, 4), std::make_pair(int64_t{0}, int64_t{1}));         // start below -dim: element 0
+    EXPECT_EQ(r(3, 3, 1, 5).second, 0);
+    EXPECT_EQ(r(0, 5, -1, 5).second, 0);
+    EXPECT_EQ(r(0, -1, -1, 0).second, 0);  // empty axis
 }
 
 TEST(Executor, BatchedMatMulMatchesDoublePrecisionLoops) {

@@ -2,6 +2,7 @@
 // others are one strided copy each (Transpose, Concat, Split, Slice, Expand) or a gather.
 #include <algorithm>
 
+#include "backends/cpu/reference/kernel_util.h"
 #include "backends/cuda/cuda_op.h"
 
 namespace kiln::cuda {
@@ -206,18 +207,9 @@ std::vector<DeviceTensor> slice(OpContext& ctx) {
     for (size_t i = 0; i < axes.size(); ++i) {
         const int64_t a = normalize(axes[i], rank, ctx), len = x.dims[a], step = steps[i];
         ctx.require(step != 0, "step 0");
-        int64_t s = starts[i] < 0 ? starts[i] + len : starts[i];
-        int64_t e = ends[i] < 0 ? ends[i] + len : ends[i];
-        if (step > 0) {
-            s = std::clamp<int64_t>(s, 0, len);
-            e = std::clamp<int64_t>(e, 0, len);
-            dims[a] = e > s ? (e - s + step - 1) / step : 0;
-        } else {
-            s = std::clamp<int64_t>(s, 0, len - 1);
-            e = std::clamp<int64_t>(e, -1, len - 1);
-            dims[a] = s > e ? (s - e + (-step) - 1) / (-step) : 0;
-        }
-        src.offset += s * in_strides[a];
+        const SliceRange r = sliceRange(starts[i], ends[i], step, len);
+        dims[a] = r.count;
+        src.offset += r.first * in_strides[a];
         src.strides[a] = step * in_strides[a];
     }
     DeviceTensor y = ctx.output(0, x.logical, dims);

@@ -4,6 +4,20 @@
 
 namespace kiln {
 
+SliceRange sliceRange(int64_t start, int64_t end, int64_t step, int64_t dim) {
+    if (dim == 0) return {};
+    int64_t b = start < 0 ? start + dim : start;
+    int64_t e = end < 0 ? end + dim : end;
+    if (step > 0) {
+        b = std::clamp<int64_t>(b, 0, dim);
+        e = std::clamp<int64_t>(e, 0, dim);
+        return {b, e > b ? (e - b + step - 1) / step : 0};
+    }
+    b = std::clamp<int64_t>(b, 0, dim - 1);
+    e = std::clamp<int64_t>(e, -1, dim - 1);
+    return {b, b > e ? (b - e - step - 1) / (-step) : 0};
+}
+
 int64_t normalizeAxis(int64_t axis, int64_t rank, const KernelContext& ctx) {
     int64_t a = axis < 0 ? axis + rank : axis;
     ctx.require(a >= 0 && a < std::max<int64_t>(rank, 1), "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));

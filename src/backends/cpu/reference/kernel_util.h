@@ -10,6 +10,14 @@ namespace kiln {
 // Maps a possibly negative axis into [0, rank); fails naming the node when out of range.
 int64_t normalizeAxis(int64_t axis, int64_t rank, const KernelContext& ctx);
 
+// Slice along one axis of length `dim`: the first index read and the element count, with
+// start/end made non-negative and clamped as the ONNX Slice text says ([0, dim] for
+// positive steps; start to [0, dim-1] and end to [-1, dim-1] for negative ones).
+struct SliceRange {
+    int64_t first = 0, count = 0;
+};
+SliceRange sliceRange(int64_t start, int64_t end, int64_t step, int64_t dim);
+
 // For each element of `out_dims` (row-major), the offset of the element of a tensor with
 // dims `in_dims` that broadcasting maps to it.
 std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims);

@@ -225,18 +225,9 @@ std::vector<Tensor> slice(const KernelContext& ctx) {
         const int64_t dim = x.dims()[a];
         const int64_t s = steps[i];
         ctx.require(s != 0, "slice step cannot be 0");
-        int64_t b = starts[i] < 0 ? starts[i] + dim : starts[i];
-        int64_t e = ends[i] < 0 ? ends[i] + dim : ends[i];
-        if (s > 0) {
-            b = std::clamp<int64_t>(b, 0, dim);
-            e = std::clamp<int64_t>(e, 0, dim);
-            out_dims[a] = e > b ? (e - b + s - 1) / s : 0;
-        } else {
-            b = std::clamp<int64_t>(b, -1, dim - 1);
-            e = std::clamp<int64_t>(e, -1, dim - 1);
-            out_dims[a] = b > e ? (b - e - s - 1) / (-s) : 0;
-        }
-        begin[a] = b;
+        const SliceRange r = sliceRange(starts[i], ends[i], s, dim);
+        out_dims[a] = r.count;
+        begin[a] = r.first;
         step[a] = s;
     }
     Tensor out(x.dtype(), out_dims);
