@@ -18,6 +18,8 @@ Sampler::Sampler(const SamplingParams& p) : params_(p), rng_(p.seed) {
 
 int64_t Sampler::next(std::span<const float> logits_in, std::span<const int64_t> previous) {
     check(!logits_in.empty(), "no logits to sample from");
+    if (params_.temperature == 0.f && params_.repetition_penalty == 1.f)  // plain greedy: no copy (a step samples many rows)
+        return std::max_element(logits_in.begin(), logits_in.end()) - logits_in.begin();
     std::vector<float> logits(logits_in.begin(), logits_in.end());
     if (params_.repetition_penalty != 1.f) {  // as in CTRL / Hugging Face: shrink positive, grow negative
         std::unordered_set<int64_t> seen(previous.begin(), previous.end());
