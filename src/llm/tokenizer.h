@@ -1,5 +1,5 @@
-// Text <-> token ids. Implementation so far: byte-level BPE from tokenizer.json (GPT-2
-// style); SentencePiece (tokenizer.model, Llama style) is still to come.
+// Text <-> token ids: byte-level BPE from tokenizer.json (GPT-2 style) and SentencePiece
+// from tokenizer.model (Llama style).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -17,8 +17,8 @@ public:
     virtual int64_t vocabSize() const = 0;
 };
 
-// The tokenizer of a Hugging Face model folder (tokenizer.json); nullptr when it has none.
-// A folder with only tokenizer.model (SentencePiece) is an Error saying so.
+// The tokenizer of a Hugging Face model folder: tokenizer.json (byte-level BPE) when
+// present, else tokenizer.model (SentencePiece); nullptr when it has neither.
 std::shared_ptr<Tokenizer> loadTokenizer(const std::filesystem::path& dir);
 
 }  // namespace kiln::llm

@@ -1,0 +1,50 @@
+// SentencePiece tokenizers (Llama / Mistral style tokenizer.model) without the
+// sentencepiece library: the model file is a protobuf message whose few fields we need are
+// read straight from the wire format (Debian's libsentencepiece cannot share a process with
+// the protobuf ONNX links). BPE models merge the best-scoring adjacent pair first; unigram
+// models take the best-scoring segmentation (Viterbi). Unknown characters fall back to
+// <0xXX> byte pieces when the model has them. Normalization: whitespace escaped as U+2581
+// and the dummy prefix; NFKC character maps are not applied.
+#pragma once
+#include <filesystem>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "llm/tokenizer.h"
+
+namespace kiln::llm {
+
+class SentencePieceTokenizer : public Tokenizer {
+public:
+    enum class PieceType { Normal = 1, Unknown = 2, Control = 3, UserDefined = 4, Unused = 5, Byte = 6 };
+    struct Piece {
+        std::string text;
+        float score = 0;
+        PieceType type = PieceType::Normal;
+    };
+
+    static SentencePieceTokenizer load(const std::filesystem::path& model_file);
+    // `bytes` is the serialized ModelProto; `where` names it in errors.
+    static SentencePieceTokenizer parse(const std::string& bytes, const std::string& where);
+
+    // Starts with the BOS piece (<s>) when the model has one, as Hugging Face's Llama tokenizer does.
+    std::vector<int64_t> encode(const std::string& text) const override;
+    std::string decode(const std::vector<int64_t>& ids) const override;
+    int64_t vocabSize() const override { return static_cast<int64_t>(pieces_.size()); }
+    const std::vector<Piece>& pieces() const { return pieces_; }
+
+private:
+    std::vector<int64_t> encodeBpe(const std::vector<std::string>& symbols) const;
+    std::vector<int64_t> encodeUnigram(const std::string& text) const;
+    void appendSymbol(const std::string& symbol, std::vector<int64_t>& out) const;
+
+    std::vector<Piece> pieces_;
+    std::unordered_map<std::string, int64_t> index_;
+    std::vector<std::string> user_defined_;  // matched verbatim before splitting
+    bool unigram_ = false, byte_fallback_ = false, add_dummy_prefix_ = true, escape_whitespace_ = true, remove_extra_whitespace_ = true;
+    int64_t unk_ = 0, bos_ = -1, byte_piece_[256];
+    size_t max_piece_bytes_ = 1;
+};
+
+}  // namespace kiln::llm
