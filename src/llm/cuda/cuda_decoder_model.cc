@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_executor.h"
@@ -160,7 +161,10 @@ public:
         KILN_CUDA_CHECK(cudaMemcpyAsync(act_.meta.ptr, pinned_, meta_ints * 4, cudaMemcpyHostToDevice, stream_));
         const bool decode_only = T == S;
         void* pool = cache.device_storage.get();
-        if (decode_only && options_.cuda_graphs) {
+        // A batch size's first decode step runs eagerly (kernels and cuBLAS load lazily, which a
+        // capture must not see); the second is captured, later ones replay.
+        const bool replay = decode_only && options_.cuda_graphs && !eager_sizes_.insert(S).second;
+        if (replay) {
             auto it = graphs_.find(S);
             if (it == graphs_.end() || it->second.pool != pool || it->second.max_blocks != max_blocks || it->second.block_size != bs) {
                 if (it != graphs_.end()) cudaGraphExecDestroy(it->second.exec), graphs_.erase(it);
@@ -251,6 +255,7 @@ private:
             const int64_t H = c.hidden, Q = c.heads * c.head_dim, KV = c.kv_heads * c.head_dim, I = c.intermediate;
             for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
             graphs_.clear();
+            eager_sizes_.clear();
             KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
             act_ = Activations{};
             act_.tokens = t, act_.chunks = s;
@@ -338,6 +343,7 @@ private:
     mutable int32_t* pinned_ = nullptr;
     mutable float* pinned_logits_ = nullptr;
     mutable std::map<int64_t, Captured> graphs_;
+    mutable std::set<int64_t> eager_sizes_;  // decode batch sizes that ran once without a graph
 };
 
 }  // namespace
