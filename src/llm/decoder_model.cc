@@ -93,19 +93,20 @@ DecoderModel::DecoderModel(DecoderConfig config, const std::map<std::string, Ten
             L.norm2_w = toFloats(weight(w, p, n + "ln_2.weight", {H}));
             L.norm2_b = toFloats(weight(w, p, n + "ln_2.bias", {H}));
             // GPT-2's Conv1D stores [in][out]; c_attn packs q, k, v along out.
-            const std::vector<float> qkv = toFloats(weight(w, p, n + "attn.c_attn.weight", {H, 3 * H}));
-            const std::vector<float> qkv_b = toFloats(weight(w, p, n + "attn.c_attn.bias", {3 * H}));
-            for (auto* m : {&L.wq, &L.wk, &L.wv}) m->resize(H * H);
+            // Q = H except in a tensor-parallel shard, which holds heads / world of them.
+            const std::vector<float> qkv = toFloats(weight(w, p, n + "attn.c_attn.weight", {H, 3 * Q}));
+            const std::vector<float> qkv_b = toFloats(weight(w, p, n + "attn.c_attn.bias", {3 * Q}));
+            for (auto* m : {&L.wq, &L.wk, &L.wv}) m->resize(H * Q);
             for (int64_t i = 0; i < H; ++i)
-                for (int64_t o = 0; o < H; ++o) {
-                    L.wq[i * H + o] = qkv[i * 3 * H + o];
-                    L.wk[i * H + o] = qkv[i * 3 * H + H + o];
-                    L.wv[i * H + o] = qkv[i * 3 * H + 2 * H + o];
+                for (int64_t o = 0; o < Q; ++o) {
+                    L.wq[i * Q + o] = qkv[i * 3 * Q + o];
+                    L.wk[i * Q + o] = qkv[i * 3 * Q + Q + o];
+                    L.wv[i * Q + o] = qkv[i * 3 * Q + 2 * Q + o];
                 }
-            L.bq.assign(qkv_b.begin(), qkv_b.begin() + H);
-            L.bk.assign(qkv_b.begin() + H, qkv_b.begin() + 2 * H);
-            L.bv.assign(qkv_b.begin() + 2 * H, qkv_b.end());
-            L.wo = toFloats(weight(w, p, n + "attn.c_proj.weight", {H, H}));
+            L.bq.assign(qkv_b.begin(), qkv_b.begin() + Q);
+            L.bk.assign(qkv_b.begin() + Q, qkv_b.begin() + 2 * Q);
+            L.bv.assign(qkv_b.begin() + 2 * Q, qkv_b.end());
+            L.wo = toFloats(weight(w, p, n + "attn.c_proj.weight", {Q, H}));
             L.bo = toFloats(weight(w, p, n + "attn.c_proj.bias", {H}));
             L.w_up = toFloats(weight(w, p, n + "mlp.c_fc.weight", {H, I}));
             L.b_up = toFloats(weight(w, p, n + "mlp.c_fc.bias", {I}));
@@ -165,7 +166,7 @@ void DecoderModel::attention(PagedKvCache& cache, int64_t seq, int64_t layer, in
         const float* qh = q + h * D;
         float mx = -INFINITY;
         for (int64_t t = 0; t <= pos; ++t) {
-            const float* k = cache.key(seq, layer, h / group, t);
+            const float* k = cache.key(seq, layer, shard_.kv_head_offset + h / group, t);
             float s = 0;
             for (int64_t d = 0; d < D; ++d) s += qh[d] * k[d];
             scores[t] = s * scale;
@@ -177,7 +178,7 @@ void DecoderModel::attention(PagedKvCache& cache, int64_t seq, int64_t layer, in
         for (int64_t d = 0; d < D; ++d) oh[d] = 0;
         for (int64_t t = 0; t <= pos; ++t) {
             const float p = static_cast<float>(scores[t] / sum);
-            const float* v = cache.value(seq, layer, h / group, t);
+            const float* v = cache.value(seq, layer, shard_.kv_head_offset + h / group, t);
             for (int64_t d = 0; d < D; ++d) oh[d] += p * v[d];
         }
     }
@@ -210,14 +211,15 @@ std::vector<float> DecoderModel::forward(PagedKvCache& cache, int64_t seq, std::
                 rope(k.data(), c.kv_heads, D, start + i, c.rope_theta);
             }
             for (int64_t kh = 0; kh < c.kv_heads; ++kh) {
-                std::copy(k.begin() + kh * D, k.begin() + (kh + 1) * D, cache.key(seq, l, kh, start + i));
-                std::copy(v.begin() + kh * D, v.begin() + (kh + 1) * D, cache.value(seq, l, kh, start + i));
+                std::copy(k.begin() + kh * D, k.begin() + (kh + 1) * D, cache.key(seq, l, shard_.kv_head_offset + kh, start + i));
+                std::copy(v.begin() + kh * D, v.begin() + (kh + 1) * D, cache.value(seq, l, shard_.kv_head_offset + kh, start + i));
             }
         }
         for (int64_t i = 0; i < n; ++i) {
             float* xi = &x[i * H];
             attention(cache, seq, l, start + i, &queries[i * Q], att.data());
             matvec(att.data(), L.wo, &L.bo, Q, H, proj.data());
+            if (shard_.all_reduce) shard_.all_reduce(proj);  // tensor parallel: sum the shards' partial outputs
             for (int64_t j = 0; j < H; ++j) xi[j] += proj[j];
             layerNorm(xi, L.norm2_w, L.norm2_b, H, c.norm_eps, rms, h.data());
             if (rms) {  // SwiGLU
@@ -229,10 +231,11 @@ std::vector<float> DecoderModel::forward(PagedKvCache& cache, int64_t seq, std::
                 for (int64_t j = 0; j < I; ++j) up[j] = 0.5f * up[j] * (1.f + std::tanh(0.7978845608f * (up[j] + 0.044715f * up[j] * up[j] * up[j])));
             }
             matvec(up.data(), L.w_down, &L.b_down, I, H, proj.data());
+            if (shard_.all_reduce) shard_.all_reduce(proj);
             for (int64_t j = 0; j < H; ++j) xi[j] += proj[j];
         }
     }
-    cache.append(seq, tokens);
+    if (shard_.appends) cache.append(seq, tokens);
     const int64_t first = all_logits ? 0 : n - 1;
     std::vector<float> logits((n - first) * c.vocab);
     for (int64_t i = first; i < n; ++i) {

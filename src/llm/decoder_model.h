@@ -4,6 +4,7 @@
 // the sequence's block table (paged attention).
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -31,6 +32,15 @@ public:
     // The chunks one after another, each through forward().
     std::vector<float> forwardBatch(PagedKvCache& cache, std::span<const SequenceChunk> chunks) const override;
     std::string device() const override { return "cpu"; }
+    // A tensor-parallel shard (llm/tensor_parallel.h): its heads sit at kv_head_offset in a
+    // cache shared by all shards; all_reduce sums the shards' partial attention and MLP
+    // outputs (H floats per token, in place) before the residual add; one shard appends.
+    struct ShardRole {
+        int64_t kv_head_offset = 0;
+        std::function<void(std::span<float>)> all_reduce;
+        bool appends = true;
+    };
+    void setShardRole(ShardRole role) { shard_ = std::move(role); }
     // Runs `tokens` at the end of sequence `seq` (whose cache must have room), appends their
     // keys/values and returns the logits of the last token (all tokens' with all_logits).
     std::vector<float> forward(PagedKvCache& cache, int64_t seq, std::span<const int64_t> tokens, bool all_logits = false) const;
@@ -45,6 +55,7 @@ private:
     DecoderConfig config_;
     std::vector<float> embed_, positions_, final_w_, final_b_, lm_head_;  // lm_head [hidden][vocab]
     std::vector<Layer> layers_;
+    ShardRole shard_;
 };
 
 }  // namespace kiln::llm

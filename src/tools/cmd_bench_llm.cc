@@ -18,7 +18,8 @@ namespace kiln::tools {
 namespace {
 
 struct BenchLlmOptions {
-    std::string model, target = "cpu";
+    std::string model;
+    LlmTarget target;
     int64_t requests = 32, concurrency = 8, input_len = 32, output_len = 16;
     double rate = 0;  // requests/s, Poisson; 0 = all at once
     llm::SchedulerOptions scheduler;

@@ -16,7 +16,8 @@ namespace kiln::tools {
 namespace {
 
 struct GenerateOptions {
-    std::string model, prompt, tokens, target = "cpu";
+    std::string model, prompt, tokens;
+    LlmTarget target;
     llm::Request request;
     bool json = false;
 };

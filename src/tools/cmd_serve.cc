@@ -23,7 +23,8 @@ namespace {
 using nlohmann::json;
 
 struct ServeOptions {
-    std::string model, host = "127.0.0.1", name, target = "cpu";
+    std::string model, host = "127.0.0.1", name;
+    LlmTarget target;
     int port = 8000;
     int64_t max_queue = 64;
     llm::SchedulerOptions scheduler;

@@ -19,10 +19,14 @@ struct LoadedLlm {
     std::shared_ptr<llm::Tokenizer> tokenizer;  // null without tokenizer.json / tokenizer.model
 };
 
-// target: "cpu" (f32 reference decoder) or "cuda" (f16 GPU decoder).
-LoadedLlm loadLlm(const std::string& dir, const std::string& target = "cpu");
-// Registers --target on an LLM command.
-void addLlmTargetOption(CLI::App& cmd, std::string& target);
+struct LlmTarget {
+    std::string device = "cpu";  // cpu (f32 reference decoder) or cuda (f16 GPU decoder)
+    int tp = 1;                  // tensor-parallel shards
+};
+
+LoadedLlm loadLlm(const std::string& dir, const LlmTarget& target = {});
+// Registers --target and --tp on an LLM command.
+void addLlmTargetOption(CLI::App& cmd, LlmTarget& target);
 std::vector<int64_t> parseTokenList(const std::string& text, const std::string& flag);
 
 }  // namespace kiln::tools

@@ -445,6 +445,13 @@ TEST(LlmCli, GenerateAndBenchLlm) {
     const auto j = nlohmann::json::parse(out.substr(out.find('{')));
     EXPECT_EQ(j["output_tokens"].get<std::vector<int64_t>>(), generateAlone(DecoderModel(c, w), {3, 1, 4, 1, 5}, 5));
     EXPECT_EQ(j["finish_reason"], "length");
+    // Tensor parallel on CPU threads: the same tokens; sizes that do not divide are refused.
+    ASSERT_EQ(kiln::testing::runCommand(kiln + " generate " + dir.string() + " --tp 2 --tokens 3,1,4,1,5 --max-tokens 5 --json", &out), 0) << out;
+    EXPECT_EQ(nlohmann::json::parse(out.substr(out.find('{')))["output_tokens"], j["output_tokens"]);
+    EXPECT_NE(kiln::testing::runCommand(kiln + " generate " + dir.string() + " --tp 3 --tokens 1", &out), 0);
+    EXPECT_NE(out.find("--tp 3 does not divide"), std::string::npos) << out;
+    EXPECT_NE(kiln::testing::runCommand(kiln + " generate " + dir.string() + " --target cuda --tp 2 --tokens 1", &out), 0);
+    EXPECT_NE(out.find("not available"), std::string::npos) << out;
     ASSERT_EQ(kiln::testing::runCommand(kiln + " bench-llm " + dir.string() + " --requests 6 --concurrency 3 --input-len 5 --output-len 3 --json", &out), 0) << out;
     const auto b = nlohmann::json::parse(out.substr(out.find('{')));
     EXPECT_GT(b["output_tokens_per_s"].get<double>(), 0);
