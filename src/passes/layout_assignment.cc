@@ -1,5 +1,5 @@
-// Convolution data layout: with layout.conv=nhwc (auto picks it on GPU targets, whose tensor
-// cores read channels-last; the CPU kernels prefer NCHW), 2-D Conv/FusedConv nodes run on
+// Convolution data layout: with layout.conv=nhwc (or auto on a GPU target), 2-D Conv/FusedConv
+// nodes run on
 // channels-last data: the activation is transposed to NHWC before and back to NCHW after
 // the conv (the node gets data_layout="NHWC"); adjacent transposes cancel afterwards.
 #include "passes/graph_rewrite.h"
@@ -50,7 +50,7 @@ void assignConvLayout(Graph& g, const RouteValues& route) {
 
 Pass layoutAssignmentPass() {
     return {"layout_assignment",
-            {{"layout.conv", {"auto", "nchw", "nhwc"}, "auto", "layout_assignment",
+            {{"layout.conv", {"nchw", "nhwc", "auto"}, "nchw", "layout_assignment",
               "Data layout of 2-D convolutions: channels-first, channels-last, or auto (nhwc on GPU targets, nchw on the CPU)"}},
             assignConvLayout};
 }

@@ -70,7 +70,10 @@ TEST_P(LlmCuda, LogitsMatchTheCpuDecoderInMixedAndDecodeSteps) {
         for (size_t s = 0; s < seqs.size(); ++s) {
             const std::span<const float> g(got.data() + s * c.vocab, c.vocab), r(want.data() + s * c.vocab, c.vocab);
             EXPECT_LT(relL2(g, r), 2e-2) << "step " << step << " sequence " << s;
-            EXPECT_EQ(std::max_element(g.begin(), g.end()) - g.begin(), std::max_element(r.begin(), r.end()) - r.begin()) << "step " << step << " sequence " << s;
+            // The GPU's top token is the CPU's, or within f16 error of it (a near tie).
+            const auto top = std::max_element(g.begin(), g.end()) - g.begin();
+            const float best = *std::max_element(r.begin(), r.end());
+            EXPECT_LT(best - r[top], 2e-2f * (std::abs(best) + 1.f)) << "step " << step << " sequence " << s << ": GPU picks " << top;
         }
     }
     EXPECT_EQ(gpu_cache.length(gpu_ids[0]), 13 + 5);
