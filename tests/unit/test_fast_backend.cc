@@ -2,6 +2,7 @@
 // node configurations and must match the reference kernel of the same node.
 #include <gtest/gtest.h>
 
+#include "backends/cpu/fast/epilogue.h"
 #include "backends/cpu/fast/tactics.h"
 #include "runtime/accuracy.h"
 #include "test_helpers.h"
@@ -162,4 +163,37 @@ TEST(FastBackend, EveryTacticParameterListsReferenceAndAuto) {
     }
     Node conv = node("Conv");
     EXPECT_THROW(kernelForTactic(conv, "nonsense"), Error);
+}
+
+// NaN handling follows the reference kernels: a NaN anywhere in a MaxPool window gives NaN
+// (as PyTorch does), Clip keeps NaN (as ONNX says).
+TEST(FastBackend, NanHandlingMatchesReference) {
+    std::mt19937 rng(5);
+    for (const Dims& dims : {Dims{1, 2, 8, 8}, Dims{1, 2, 9, 7}}) {
+        Tensor x = randomTensor(dims, rng);
+        x.data<float>()[3] = NAN;    // second element of a 2x2 window
+        x.data<float>()[2 * 8] = NAN;  // first element of a window's second row
+        Node n = node("MaxPool");
+        n.attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
+        n.attrs.set("strides", std::vector<int64_t>{2, 2});
+        const Tactic* fast = nullptr;
+        for (const auto& t : fastTactics())
+            if (t.name == "fast" && std::find(t.ops.begin(), t.ops.end(), "MaxPool") != t.ops.end()) fast = &t;
+        ASSERT_NE(fast, nullptr);
+        KernelContext ctx{n, {&x}, 17, nullptr};
+        const Tensor want = referenceKernels().find("MaxPool")(ctx)[0], got = fast->kernel(ctx)[0];
+        ASSERT_EQ(got.dims(), want.dims());
+        int nans = 0;
+        for (int64_t i = 0; i < got.numel(); ++i) {
+            const float g = got.data<float>()[i], w = want.data<float>()[i];
+            nans += std::isnan(w);
+            EXPECT_TRUE((std::isnan(g) && std::isnan(w)) || g == w) << i << ": " << g << " vs " << w;
+        }
+        EXPECT_EQ(nans, 2);  // both windows that hold a NaN
+    }
+    const Activation clip{ActKind::Clip, 0.f, 6.f};
+    EXPECT_TRUE(std::isnan(activate(clip, NAN)));
+    EXPECT_EQ(activate(clip, -1.f), 0.f);
+    EXPECT_EQ(activate(clip, 7.f), 6.f);
+    EXPECT_EQ(activate(clip, 2.5f), 2.5f);
 }

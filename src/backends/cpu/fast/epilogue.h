@@ -22,12 +22,14 @@ inline float activate(const Activation& act, float v) {
     switch (act.kind) {
         case ActKind::None: return v;
         case ActKind::Relu: return v > 0 ? v : 0;
-        case ActKind::Clip: return std::fmin(std::fmax(v, act.a), act.b);
+        // std::min/max keep NaN as the reference kernels do, and compile to minss/maxss (std::fmin/fmax
+        // are libm calls that drop NaN).
+        case ActKind::Clip: return std::min(std::max(v, act.a), act.b);
         case ActKind::Sigmoid: return 1.0f / (1.0f + std::exp(-v));
         case ActKind::Tanh: return std::tanh(v);
         case ActKind::LeakyRelu: return v >= 0 ? v : act.a * v;
-        case ActKind::HardSigmoid: return std::fmin(std::fmax(act.a * v + act.b, 0.0f), 1.0f);
-        case ActKind::HardSwish: return v * std::fmin(std::fmax(v / 6.0f + 0.5f, 0.0f), 1.0f);
+        case ActKind::HardSigmoid: return std::min(std::max(act.a * v + act.b, 0.0f), 1.0f);
+        case ActKind::HardSwish: return v * std::min(std::max(v / 6.0f + 0.5f, 0.0f), 1.0f);
         case ActKind::Gelu: return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752f));
         case ActKind::GeluTanh: return 0.5f * v * (1.0f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
         case ActKind::Softplus: return v > 30 ? v : std::log1p(std::exp(v));

@@ -22,7 +22,7 @@ void softmaxRows(float* p, int64_t rows, int64_t len) {
     for (int64_t r = 0; r < rows; ++r) {
         float* x = p + r * len;
         float mx = -INFINITY;
-        for (int64_t j = 0; j < len; ++j) mx = std::fmax(mx, x[j]);
+        for (int64_t j = 0; j < len; ++j) mx = std::max(mx, x[j]);  // not std::fmax: a libm call per element
         float sum = 0;
         for (int64_t j = 0; j < len; ++j) sum += (x[j] = std::exp(x[j] - mx));
         const float inv = 1.0f / sum;
@@ -183,14 +183,18 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
                 case BinOp::Mul: v = l * r; break;
                 case BinOp::Div: v = l / r; break;
                 case BinOp::Pow: v = std::pow(l, r); break;
-                case BinOp::Max: v = std::fmax(l, r); break;
-                case BinOp::Min: v = std::fmin(l, r); break;
+                case BinOp::Max: v = std::max(l, r); break;  // the reference kernel's operation (and NaN handling)
+                case BinOp::Min: v = std::min(l, r); break;
             }
         }
         py[i] = v;
     }
     return {y};
 }
+
+// The larger of a and b, or NaN when either is NaN (the reference kernels' MaxPool rule).
+// A compare and a select: std::fmax is a libm call per element and drops NaN.
+inline float maxOrNan(float a, float b) { return (b > a || b != b) ? b : a; }
 
 // MaxPool over 2-D f32 NCHW without dilation or Indices output.
 std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
@@ -228,7 +232,7 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
                 const float* r1 = r0 + W;
                 float* yr = py + (nc * out[0] + oh) * out[1];
                 for (int64_t ow = 0; ow < out[1]; ++ow)
-                    yr[ow] = std::fmax(std::fmax(r0[2 * ow], r0[2 * ow + 1]), std::fmax(r1[2 * ow], r1[2 * ow + 1]));
+                    yr[ow] = maxOrNan(maxOrNan(r0[2 * ow], r0[2 * ow + 1]), maxOrNan(r1[2 * ow], r1[2 * ow + 1]));
             }
         return {y};
     }
@@ -240,7 +244,7 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
                 const int64_t w0 = std::max<int64_t>(ow * st[1] - pads.begin[1], 0), w1 = std::min<int64_t>(ow * st[1] - pads.begin[1] + k[1], W);
                 float m = -INFINITY;
                 for (int64_t h = h0; h < h1; ++h)
-                    for (int64_t w = w0; w < w1; ++w) m = std::fmax(m, px[(nc * H + h) * W + w]);
+                    for (int64_t w = w0; w < w1; ++w) m = maxOrNan(m, px[(nc * H + h) * W + w]);
                 py[(nc * out[0] + oh) * out[1] + ow] = m;
             }
     return {y};

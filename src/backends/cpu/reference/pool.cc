@@ -60,7 +60,7 @@ std::vector<Tensor> pool(const KernelContext& ctx) {
                     if (inside) {
                         double v = static_cast<double>(px[c * in_size + off]);
                         if constexpr (Kind == PoolKind::Max) {
-                            if (v > acc || best < 0) {
+                            if (v > acc || best < 0 || std::isnan(v)) {  // NaN anywhere in the window wins, as in PyTorch
                                 acc = v;
                                 best = c * in_size + (col_major ? col_off : off);
                             }
@@ -108,7 +108,7 @@ std::vector<Tensor> globalPool(const KernelContext& ctx) {
             double acc = Kind == PoolKind::Max ? -std::numeric_limits<double>::infinity() : 0.0;
             for (int64_t i = 0; i < inner; ++i) {
                 double v = static_cast<double>(px[c * inner + i]);
-                acc = Kind == PoolKind::Max ? std::max(acc, v) : acc + v;
+                acc = Kind == PoolKind::Max ? (v > acc || std::isnan(v) ? v : acc) : acc + v;
             }
             if (Kind == PoolKind::Average) acc /= static_cast<double>(inner);
             out.data<T>()[c] = static_cast<T>(acc);
