@@ -9,12 +9,6 @@ namespace kiln::llm {
 
 namespace {
 
-std::vector<float> toFloats(const Tensor& t) {
-    std::vector<float> v(static_cast<size_t>(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<float>(t.scalarAt(i));
-    return v;
-}
-
 // nn.Linear stores [out][in]; the forward pass wants [in][out].
 std::vector<float> transposed(const Tensor& t) {
     const int64_t rows = t.dims()[0], cols = t.dims()[1];
@@ -59,21 +53,26 @@ void rope(float* v, int64_t heads, int64_t dim, int64_t pos, float theta) {
     }
 }
 
-const Tensor& weight(const std::map<std::string, Tensor>& w, const std::vector<std::string>& prefixes, const std::string& name, const Dims& dims) {
-    return findWeight(w, prefixes, name, dims);
-}
-
 }  // namespace
 
-const Tensor& findWeight(const std::map<std::string, Tensor>& w, const std::vector<std::string>& prefixes, const std::string& name, const Dims& dims) {
-    for (const auto& p : prefixes) {
-        auto it = w.find(p + name);
-        if (it == w.end()) continue;
-        check(it->second.dims() == dims, "weight '" + p + name + "' has shape " + dimsToString(it->second.dims()) + ", the config implies " + dimsToString(dims));
-        check(isFloating(it->second.dtype()), "weight '" + p + name + "' is not a float tensor");
-        return it->second;
-    }
+std::vector<float> toFloats(const Tensor& t) {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<float>(t.scalarAt(i));
+    return v;
+}
+
+std::string findWeightName(const std::map<std::string, Tensor>& w, const std::vector<std::string>& prefixes, const std::string& name) {
+    for (const auto& p : prefixes)
+        if (w.count(p + name)) return p + name;
     throw Error("missing weight '" + prefixes.front() + name + "'");
+}
+
+const Tensor& findWeight(const std::map<std::string, Tensor>& w, const std::vector<std::string>& prefixes, const std::string& name, const Dims& dims) {
+    const std::string full = findWeightName(w, prefixes, name);
+    const Tensor& t = w.at(full);
+    check(t.dims() == dims, "weight '" + full + "' has shape " + dimsToString(t.dims()) + ", the config implies " + dimsToString(dims));
+    check(isFloating(t.dtype()), "weight '" + full + "' is not a float tensor");
+    return t;
 }
 
 DecoderModel::DecoderModel(DecoderConfig config, const std::map<std::string, Tensor>& w) : config_(config) {
@@ -81,21 +80,21 @@ DecoderModel::DecoderModel(DecoderConfig config, const std::map<std::string, Ten
     const int64_t H = c.hidden, D = c.head_dim, Q = c.heads * D, KV = c.kv_heads * D, I = c.intermediate;
     if (c.family == Family::Gpt2) {
         const std::vector<std::string> p = {"transformer.", ""};
-        embed_ = toFloats(weight(w, p, "wte.weight", {c.vocab, H}));
-        positions_ = toFloats(weight(w, p, "wpe.weight", {c.max_positions, H}));
-        final_w_ = toFloats(weight(w, p, "ln_f.weight", {H}));
-        final_b_ = toFloats(weight(w, p, "ln_f.bias", {H}));
+        embed_ = toFloats(findWeight(w, p, "wte.weight", {c.vocab, H}));
+        positions_ = toFloats(findWeight(w, p, "wpe.weight", {c.max_positions, H}));
+        final_w_ = toFloats(findWeight(w, p, "ln_f.weight", {H}));
+        final_b_ = toFloats(findWeight(w, p, "ln_f.bias", {H}));
         for (int64_t l = 0; l < c.layers; ++l) {
             const std::string n = "h." + std::to_string(l) + ".";
             Layer L;
-            L.norm1_w = toFloats(weight(w, p, n + "ln_1.weight", {H}));
-            L.norm1_b = toFloats(weight(w, p, n + "ln_1.bias", {H}));
-            L.norm2_w = toFloats(weight(w, p, n + "ln_2.weight", {H}));
-            L.norm2_b = toFloats(weight(w, p, n + "ln_2.bias", {H}));
+            L.norm1_w = toFloats(findWeight(w, p, n + "ln_1.weight", {H}));
+            L.norm1_b = toFloats(findWeight(w, p, n + "ln_1.bias", {H}));
+            L.norm2_w = toFloats(findWeight(w, p, n + "ln_2.weight", {H}));
+            L.norm2_b = toFloats(findWeight(w, p, n + "ln_2.bias", {H}));
             // GPT-2's Conv1D stores [in][out]; c_attn packs q, k, v along out.
             // Q = H except in a tensor-parallel shard, which holds heads / world of them.
-            const std::vector<float> qkv = toFloats(weight(w, p, n + "attn.c_attn.weight", {H, 3 * Q}));
-            const std::vector<float> qkv_b = toFloats(weight(w, p, n + "attn.c_attn.bias", {3 * Q}));
+            const std::vector<float> qkv = toFloats(findWeight(w, p, n + "attn.c_attn.weight", {H, 3 * Q}));
+            const std::vector<float> qkv_b = toFloats(findWeight(w, p, n + "attn.c_attn.bias", {3 * Q}));
             for (auto* m : {&L.wq, &L.wk, &L.wv}) m->resize(H * Q);
             for (int64_t i = 0; i < H; ++i)
                 for (int64_t o = 0; o < Q; ++o) {
@@ -106,35 +105,35 @@ DecoderModel::DecoderModel(DecoderConfig config, const std::map<std::string, Ten
             L.bq.assign(qkv_b.begin(), qkv_b.begin() + Q);
             L.bk.assign(qkv_b.begin() + Q, qkv_b.begin() + 2 * Q);
             L.bv.assign(qkv_b.begin() + 2 * Q, qkv_b.end());
-            L.wo = toFloats(weight(w, p, n + "attn.c_proj.weight", {Q, H}));
-            L.bo = toFloats(weight(w, p, n + "attn.c_proj.bias", {H}));
-            L.w_up = toFloats(weight(w, p, n + "mlp.c_fc.weight", {H, I}));
-            L.b_up = toFloats(weight(w, p, n + "mlp.c_fc.bias", {I}));
-            L.w_down = toFloats(weight(w, p, n + "mlp.c_proj.weight", {I, H}));
-            L.b_down = toFloats(weight(w, p, n + "mlp.c_proj.bias", {H}));
+            L.wo = toFloats(findWeight(w, p, n + "attn.c_proj.weight", {Q, H}));
+            L.bo = toFloats(findWeight(w, p, n + "attn.c_proj.bias", {H}));
+            L.w_up = toFloats(findWeight(w, p, n + "mlp.c_fc.weight", {H, I}));
+            L.b_up = toFloats(findWeight(w, p, n + "mlp.c_fc.bias", {I}));
+            L.w_down = toFloats(findWeight(w, p, n + "mlp.c_proj.weight", {I, H}));
+            L.b_down = toFloats(findWeight(w, p, n + "mlp.c_proj.bias", {H}));
             layers_.push_back(std::move(L));
         }
-        lm_head_ = transposed(weight(w, p, "wte.weight", {c.vocab, H}));
+        lm_head_ = transposed(findWeight(w, p, "wte.weight", {c.vocab, H}));
     } else {
         const std::vector<std::string> p = {"model.", ""};
-        embed_ = toFloats(weight(w, p, "embed_tokens.weight", {c.vocab, H}));
-        final_w_ = toFloats(weight(w, p, "norm.weight", {H}));
+        embed_ = toFloats(findWeight(w, p, "embed_tokens.weight", {c.vocab, H}));
+        final_w_ = toFloats(findWeight(w, p, "norm.weight", {H}));
         for (int64_t l = 0; l < c.layers; ++l) {
             const std::string n = "layers." + std::to_string(l) + ".";
             Layer L;
-            L.norm1_w = toFloats(weight(w, p, n + "input_layernorm.weight", {H}));
-            L.norm2_w = toFloats(weight(w, p, n + "post_attention_layernorm.weight", {H}));
-            L.wq = transposed(weight(w, p, n + "self_attn.q_proj.weight", {Q, H}));
-            L.wk = transposed(weight(w, p, n + "self_attn.k_proj.weight", {KV, H}));
-            L.wv = transposed(weight(w, p, n + "self_attn.v_proj.weight", {KV, H}));
-            L.wo = transposed(weight(w, p, n + "self_attn.o_proj.weight", {H, Q}));
-            L.w_gate = transposed(weight(w, p, n + "mlp.gate_proj.weight", {I, H}));
-            L.w_up = transposed(weight(w, p, n + "mlp.up_proj.weight", {I, H}));
-            L.w_down = transposed(weight(w, p, n + "mlp.down_proj.weight", {H, I}));
+            L.norm1_w = toFloats(findWeight(w, p, n + "input_layernorm.weight", {H}));
+            L.norm2_w = toFloats(findWeight(w, p, n + "post_attention_layernorm.weight", {H}));
+            L.wq = transposed(findWeight(w, p, n + "self_attn.q_proj.weight", {Q, H}));
+            L.wk = transposed(findWeight(w, p, n + "self_attn.k_proj.weight", {KV, H}));
+            L.wv = transposed(findWeight(w, p, n + "self_attn.v_proj.weight", {KV, H}));
+            L.wo = transposed(findWeight(w, p, n + "self_attn.o_proj.weight", {H, Q}));
+            L.w_gate = transposed(findWeight(w, p, n + "mlp.gate_proj.weight", {I, H}));
+            L.w_up = transposed(findWeight(w, p, n + "mlp.up_proj.weight", {I, H}));
+            L.w_down = transposed(findWeight(w, p, n + "mlp.down_proj.weight", {H, I}));
             layers_.push_back(std::move(L));
         }
         const bool tied = c.tie_embeddings || !w.count("lm_head.weight");
-        lm_head_ = tied ? transposed(weight(w, p, "embed_tokens.weight", {c.vocab, H})) : transposed(weight(w, {""}, "lm_head.weight", {c.vocab, H}));
+        lm_head_ = tied ? transposed(findWeight(w, p, "embed_tokens.weight", {c.vocab, H})) : transposed(findWeight(w, {""}, "lm_head.weight", {c.vocab, H}));
     }
 }
 

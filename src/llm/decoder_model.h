@@ -15,9 +15,14 @@
 
 namespace kiln::llm {
 
-// The weight named `name` (trying the given prefixes, e.g. "transformer." then "") with
-// the shape the config implies; an Error naming the weight otherwise.
+// The key of weight `name` under the first of the prefixes that has it (e.g.
+// "transformer." then ""); an Error naming the weight when none does.
+std::string findWeightName(const std::map<std::string, Tensor>& w, const std::vector<std::string>& prefixes, const std::string& name);
+// That weight, checked to be a float tensor with the shape the config implies.
 const Tensor& findWeight(const std::map<std::string, Tensor>& w, const std::vector<std::string>& prefixes, const std::string& name, const Dims& dims);
+
+// All elements of a float tensor of any float type, as f32.
+std::vector<float> toFloats(const Tensor& t);
 
 class DecoderModel : public LanguageModel {
 public:

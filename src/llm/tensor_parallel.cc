@@ -13,17 +13,6 @@ namespace {
 
 using Weights = std::map<std::string, Tensor>;
 
-const Tensor* find(const Weights& w, const std::vector<std::string>& prefixes, const std::string& name, std::string* full) {
-    for (const auto& p : prefixes) {
-        auto it = w.find(p + name);
-        if (it != w.end()) {
-            *full = p + name;
-            return &it->second;
-        }
-    }
-    return nullptr;
-}
-
 // Rows [r0, r0 + rows) of a 2-D tensor (or elements of a 1-D one), as f32.
 Tensor rowsOf(const Tensor& t, int64_t r0, int64_t rows) {
     const int64_t cols = t.rank() == 2 ? t.dims()[1] : 1;
@@ -69,12 +58,10 @@ Weights shardWeights(const DecoderConfig& c, const Weights& w, int rank, int wor
     const DecoderConfig s = shardConfig(c, world);
     const int64_t D = c.head_dim, Q = c.heads * D, Qs = s.heads * D, KVs = s.kv_heads * D, Is = s.intermediate;
     Weights out;
-    std::string name;
     for (const auto& [k, v] : w) out[k] = v;  // replicated unless replaced below
     auto replace = [&](const std::vector<std::string>& prefixes, const std::string& n, auto make) {
-        const Tensor* t = find(w, prefixes, n, &name);
-        check(t != nullptr, "missing weight '" + prefixes.front() + n + "'");
-        out[name] = make(*t);
+        const std::string name = findWeightName(w, prefixes, n);
+        out[name] = make(w.at(name));
     };
     for (int64_t l = 0; l < c.layers; ++l) {
         if (c.family == Family::Gpt2) {

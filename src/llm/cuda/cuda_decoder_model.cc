@@ -58,12 +58,6 @@ std::vector<uint16_t> halfBits(const Tensor& t, bool transpose = false) {
     return out;
 }
 
-std::vector<float> floats(const Tensor& t) {
-    std::vector<float> v(static_cast<size_t>(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<float>(t.scalarAt(i));
-    return v;
-}
-
 template <class T>
 DeviceBuffer upload(const std::vector<T>& host) {
     DeviceBuffer b(host.size() * sizeof(T));
@@ -285,15 +279,15 @@ private:
             const std::vector<std::string> p = {"transformer.", ""};
             embed_ = upload(halfBits(findWeight(w, p, "wte.weight", {c.vocab, H})));
             positions_ = upload(halfBits(findWeight(w, p, "wpe.weight", {c.max_positions, H})));
-            final_w_ = upload(floats(findWeight(w, p, "ln_f.weight", {H})));
-            final_b_ = upload(floats(findWeight(w, p, "ln_f.bias", {H})));
+            final_w_ = upload(toFloats(findWeight(w, p, "ln_f.weight", {H})));
+            final_b_ = upload(toFloats(findWeight(w, p, "ln_f.bias", {H})));
             for (int64_t l = 0; l < c.layers; ++l) {
                 const std::string n = "h." + std::to_string(l) + ".";
                 LayerWeights L;
-                L.norm1_w = upload(floats(findWeight(w, p, n + "ln_1.weight", {H})));
-                L.norm1_b = upload(floats(findWeight(w, p, n + "ln_1.bias", {H})));
-                L.norm2_w = upload(floats(findWeight(w, p, n + "ln_2.weight", {H})));
-                L.norm2_b = upload(floats(findWeight(w, p, n + "ln_2.bias", {H})));
+                L.norm1_w = upload(toFloats(findWeight(w, p, n + "ln_1.weight", {H})));
+                L.norm1_b = upload(toFloats(findWeight(w, p, n + "ln_1.bias", {H})));
+                L.norm2_w = upload(toFloats(findWeight(w, p, n + "ln_2.weight", {H})));
+                L.norm2_b = upload(toFloats(findWeight(w, p, n + "ln_2.bias", {H})));
                 // GPT-2's Conv1D stores [in][out]: transposed to [out][in] (q|k|v rows stay in order).
                 L.qkv = upload(halfBits(findWeight(w, p, n + "attn.c_attn.weight", {H, 3 * H}), true));
                 L.qkv_b = upload(halfBits(findWeight(w, p, n + "attn.c_attn.bias", {3 * H})));
@@ -309,12 +303,12 @@ private:
         } else {
             const std::vector<std::string> p = {"model.", ""};
             embed_ = upload(halfBits(findWeight(w, p, "embed_tokens.weight", {c.vocab, H})));
-            final_w_ = upload(floats(findWeight(w, p, "norm.weight", {H})));
+            final_w_ = upload(toFloats(findWeight(w, p, "norm.weight", {H})));
             for (int64_t l = 0; l < c.layers; ++l) {
                 const std::string n = "layers." + std::to_string(l) + ".";
                 LayerWeights L;
-                L.norm1_w = upload(floats(findWeight(w, p, n + "input_layernorm.weight", {H})));
-                L.norm2_w = upload(floats(findWeight(w, p, n + "post_attention_layernorm.weight", {H})));
+                L.norm1_w = upload(toFloats(findWeight(w, p, n + "input_layernorm.weight", {H})));
+                L.norm2_w = upload(toFloats(findWeight(w, p, n + "post_attention_layernorm.weight", {H})));
                 L.qkv = upload(concatRows({halfBits(findWeight(w, p, n + "self_attn.q_proj.weight", {Q, H})),
                                            halfBits(findWeight(w, p, n + "self_attn.k_proj.weight", {KV, H})),
                                            halfBits(findWeight(w, p, n + "self_attn.v_proj.weight", {KV, H}))}));
