@@ -1,4 +1,5 @@
 #include "backends/cuda/cuda_executor.h"
+#include "backends/cuda/device_buffer.h"
 
 #include <cuda_runtime_api.h>
 
@@ -64,41 +65,6 @@ Tensor toLogical(const Tensor& t, DType logical) {
     for (int64_t i = 0; i < t.numel(); ++i) dst[i] = t.dtype() == DType::F16 ? float(t.data<Half>()[i]) : float(t.data<BFloat16>()[i]);
     return out;
 }
-
-struct PinnedBuffer {
-    PinnedBuffer() = default;
-    PinnedBuffer(const PinnedBuffer&) = delete;  // owns its memory
-    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-    void* ptr = nullptr;
-    size_t bytes = 0;
-    void ensure(size_t b) {
-        if (b <= bytes) return;
-        if (ptr) cudaFreeHost(ptr);
-        KILN_CUDA_CHECK(cudaMallocHost(&ptr, b));
-        bytes = b;
-    }
-    ~PinnedBuffer() {
-        if (ptr) cudaFreeHost(ptr);
-    }
-};
-
-struct DeviceBuffer {
-    DeviceBuffer() = default;
-    DeviceBuffer(const DeviceBuffer&) = delete;  // owns its memory
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-    void* ptr = nullptr;
-    size_t bytes = 0;
-    void ensure(size_t b) {
-        if (b <= bytes) return;
-        if (ptr) cudaFree(ptr);
-        ptr = nullptr;
-        KILN_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(b, 1)));
-        bytes = b;
-    }
-    ~DeviceBuffer() {
-        if (ptr) cudaFree(ptr);
-    }
-};
 
 }  // namespace
 

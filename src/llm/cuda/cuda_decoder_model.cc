@@ -9,6 +9,7 @@
 #include <set>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_buffer.h"
 #include "backends/cuda/cuda_executor.h"
 #include "ir/half.h"
 #include "llm/cuda/decoder_kernels.h"
@@ -25,24 +26,8 @@ namespace {
         if (kiln_blas_ != CUBLAS_STATUS_SUCCESS) throw Error(std::string("cuBLAS error in ") + #call + ": " + cublasGetStatusString(kiln_blas_)); \
     } while (0)
 
-// Device memory freed with its owner.
-struct DeviceBuffer {
-    void* ptr = nullptr;
-    size_t bytes = 0;
-    DeviceBuffer() = default;
-    explicit DeviceBuffer(size_t n) : bytes(n) { KILN_CUDA_CHECK(cudaMalloc(&ptr, n ? n : 1)); }
-    DeviceBuffer(DeviceBuffer&& o) noexcept : ptr(o.ptr), bytes(o.bytes) { o.ptr = nullptr; }
-    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-        std::swap(ptr, o.ptr);
-        std::swap(bytes, o.bytes);
-        return *this;
-    }
-    ~DeviceBuffer() {
-        if (ptr) cudaFree(ptr);
-    }
-    template <class T>
-    T* as() const { return static_cast<T*>(ptr); }
-};
+using ::kiln::cuda::DeviceBuffer;
+using ::kiln::cuda::PinnedBuffer;
 
 // A weight in f16, optionally transposed from [rows][cols] to [cols][rows].
 std::vector<uint16_t> halfBits(const Tensor& t, bool transpose = false) {
@@ -101,8 +86,6 @@ public:
     }
     ~CudaDecoderModel() override {
         for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
-        if (pinned_) cudaFreeHost(pinned_);
-        if (pinned_logits_) cudaFreeHost(pinned_logits_);
         if (blas_) cublasDestroy(blas_);
         if (stream_) cudaStreamDestroy(stream_);
     }
@@ -129,7 +112,7 @@ public:
         const int max_blocks = static_cast<int>(std::min<int64_t>((config_.max_positions + bs - 1) / bs, cache.numBlocks()));
         ensureCapacity(T, S, max_blocks);
         // Metadata, one int32 upload: tokens, positions, slots, token_chunk [T], last [S], tables [S][max_blocks].
-        int32_t* tok = pinned_;
+        int32_t* tok = pinned_meta_.as<int32_t>();
         int32_t *pos = tok + T, *slot = pos + T, *chunk_of = slot + T, *last = chunk_of + T, *tables = last + S;
         int64_t row = 0;
         for (int64_t s = 0; s < S; ++s) {
@@ -152,7 +135,7 @@ public:
             std::memcpy(tables + s * max_blocks, table.data(), sizeof(int32_t) * table.size());
         }
         const size_t meta_ints = static_cast<size_t>(4 * T + S + S * max_blocks);
-        KILN_CUDA_CHECK(cudaMemcpyAsync(act_.meta.ptr, pinned_, meta_ints * 4, cudaMemcpyHostToDevice, stream_));
+        KILN_CUDA_CHECK(cudaMemcpyAsync(act_.meta.ptr, pinned_meta_.ptr, meta_ints * 4, cudaMemcpyHostToDevice, stream_));
         const bool decode_only = T == S;
         void* pool = cache.device_storage.get();
         // A batch size's first decode step runs eagerly (kernels and cuBLAS load lazily, which a
@@ -181,10 +164,11 @@ public:
             compute(T, S, max_blocks, bs, pool, cache.numBlocks());
         }
         const size_t V = static_cast<size_t>(config_.vocab);
-        KILN_CUDA_CHECK(cudaMemcpyAsync(pinned_logits_, act_.logits.ptr, S * V * 4, cudaMemcpyDeviceToHost, stream_));
+        KILN_CUDA_CHECK(cudaMemcpyAsync(pinned_logits_.ptr, act_.logits.ptr, S * V * 4, cudaMemcpyDeviceToHost, stream_));
         KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
         for (const auto& c : chunks) cache.append(c.seq, c.tokens);
-        return std::vector<float>(pinned_logits_, pinned_logits_ + S * V);
+        const float* logits = pinned_logits_.as<float>();
+        return std::vector<float>(logits, logits + S * V);
     }
 
 private:
@@ -265,10 +249,8 @@ private:
             act_.logits = DeviceBuffer(s * c.vocab * 4);
             max_blocks_ = std::max(max_blocks_, max_blocks);
             act_.meta = DeviceBuffer((4 * t + s + s * max_blocks_) * 4);
-            if (pinned_) cudaFreeHost(pinned_);
-            if (pinned_logits_) cudaFreeHost(pinned_logits_);
-            KILN_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_), (4 * t + s + s * max_blocks_) * 4));
-            KILN_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_logits_), s * c.vocab * 4));
+            pinned_meta_.ensure((4 * t + s + s * max_blocks_) * 4);
+            pinned_logits_.ensure(s * c.vocab * 4);
         }
     }
 
@@ -334,8 +316,7 @@ private:
     // Step state: the scheduler runs one step at a time.
     mutable Activations act_;
     mutable int max_blocks_ = 0;
-    mutable int32_t* pinned_ = nullptr;
-    mutable float* pinned_logits_ = nullptr;
+    mutable PinnedBuffer pinned_meta_, pinned_logits_;
     mutable std::map<int64_t, Captured> graphs_;
     mutable std::set<int64_t> eager_sizes_;  // decode batch sizes that ran once without a graph
 };
