@@ -55,6 +55,14 @@ void rope(float* v, int64_t heads, int64_t dim, int64_t pos, float theta) {
 
 }  // namespace
 
+void checkChunk(const DecoderConfig& c, const PagedKvCache& cache, int64_t seq, std::span<const int64_t> tokens, bool positions_bounded) {
+    const int64_t start = cache.length(seq), n = static_cast<int64_t>(tokens.size());
+    check(n > 0, "a chunk needs at least one token");
+    check(static_cast<int64_t>(cache.blockTable(seq).size()) * cache.blockSize() >= start + n, "the KV cache has no room reserved for these tokens");
+    check(!positions_bounded || start + n <= c.max_positions, "sequence longer than the model's " + std::to_string(c.max_positions) + " positions");
+    for (int64_t t : tokens) check(t >= 0 && t < c.vocab, "token id " + std::to_string(t) + " outside the vocabulary of " + std::to_string(c.vocab));
+}
+
 std::vector<float> toFloats(const Tensor& t) {
     std::vector<float> v(static_cast<size_t>(t.numel()));
     for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<float>(t.scalarAt(i));
@@ -187,13 +195,10 @@ std::vector<float> DecoderModel::forward(PagedKvCache& cache, int64_t seq, std::
     const DecoderConfig& c = config_;
     const int64_t H = c.hidden, D = c.head_dim, Q = c.heads * D, KV = c.kv_heads * D, I = c.intermediate, n = static_cast<int64_t>(tokens.size());
     const int64_t start = cache.length(seq);
-    check(n > 0, "forward needs at least one token");
-    check(static_cast<int64_t>(cache.blockTable(seq).size()) * cache.blockSize() >= start + n, "forward: the KV cache has no room reserved for these tokens");
-    check(c.family != Family::Gpt2 || start + n <= c.max_positions, "sequence longer than the model's " + std::to_string(c.max_positions) + " positions");
+    checkChunk(c, cache, seq, tokens, c.family == Family::Gpt2);
     const bool rms = c.family == Family::Llama;
     std::vector<float> x(n * H), h(H), q(Q), k(KV), v(KV), att(Q), proj(H), up(I), gate(I);
     for (int64_t i = 0; i < n; ++i) {
-        check(tokens[i] >= 0 && tokens[i] < c.vocab, "token id " + std::to_string(tokens[i]) + " outside the vocabulary of " + std::to_string(c.vocab));
         for (int64_t j = 0; j < H; ++j) x[i * H + j] = embed_[tokens[i] * H + j] + (rms ? 0.f : positions_[(start + i) * H + j]);
     }
     for (int64_t l = 0; l < c.layers; ++l) {

@@ -17,6 +17,11 @@ struct SequenceChunk {
     std::span<const int64_t> tokens;
 };
 
+// Checks that `tokens` can run at the end of sequence `seq`: at least one token, room
+// reserved in the cache, ids inside the vocabulary and, when `positions_bounded` (learned
+// positions, or block tables sized by max_positions), within the model's positions.
+void checkChunk(const DecoderConfig& c, const PagedKvCache& cache, int64_t seq, std::span<const int64_t> tokens, bool positions_bounded);
+
 class LanguageModel {
 public:
     virtual ~LanguageModel() = default;

@@ -119,11 +119,9 @@ public:
             const auto& c = chunks[s];
             const int64_t start = cache.length(c.seq);
             const auto table = cache.blockTable(c.seq);
-            check(static_cast<int64_t>(table.size()) * bs >= start + static_cast<int64_t>(c.tokens.size()), "forwardBatch: the KV cache has no room reserved for these tokens");
-            check(start + static_cast<int64_t>(c.tokens.size()) <= config_.max_positions, "sequence longer than the model's " + std::to_string(config_.max_positions) + " positions");
+            checkChunk(config_, cache, c.seq, c.tokens, true);  // block tables hold max_positions tokens
             check(static_cast<int64_t>(table.size()) <= max_blocks, "sequence needs more KV blocks than a block table holds");
             for (size_t i = 0; i < c.tokens.size(); ++i, ++row) {
-                check(c.tokens[i] >= 0 && c.tokens[i] < config_.vocab, "token id " + std::to_string(c.tokens[i]) + " outside the vocabulary of " + std::to_string(config_.vocab));
                 const int64_t p = start + static_cast<int64_t>(i);
                 tok[row] = static_cast<int32_t>(c.tokens[i]);
                 pos[row] = static_cast<int32_t>(p);
