@@ -1,6 +1,7 @@
 #include "llm/sentencepiece_tokenizer.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -122,14 +123,16 @@ SentencePieceTokenizer SentencePieceTokenizer::parse(const std::string& data, co
     t.remove_extra_whitespace_ = remove_extra_whitespace;
     std::fill(std::begin(t.byte_piece_), std::end(t.byte_piece_), -1);
     for (int64_t i = 0; i < static_cast<int64_t>(t.pieces_.size()); ++i) {
-        const Piece& p = t.pieces_[i];
+        Piece& p = t.pieces_[i];
         t.index_.emplace(p.text, i);
         t.max_piece_bytes_ = std::max(t.max_piece_bytes_, p.text.size());
         if (p.type == PieceType::Unknown) t.unk_ = i;
         if (p.type == PieceType::Control && p.text == "<s>") t.bos_ = i;
         if (p.type == PieceType::UserDefined) t.user_defined_.push_back(p.text);
-        if (p.type == PieceType::Byte && p.text.size() == 6 && p.text.rfind("<0x", 0) == 0)
-            t.byte_piece_[std::stoi(p.text.substr(3, 2), nullptr, 16)] = i;
+        int byte = 0;
+        if (p.type == PieceType::Byte && p.text.size() == 6 && p.text.rfind("<0x", 0) == 0 && p.text[5] == '>' &&
+            std::from_chars(p.text.data() + 3, p.text.data() + 5, byte, 16).ptr == p.text.data() + 5)
+            p.byte = byte, t.byte_piece_[byte] = i;
     }
     return t;
 }
@@ -254,8 +257,8 @@ std::string SentencePieceTokenizer::decode(const std::vector<int64_t>& ids) cons
         check(id >= 0 && id < vocabSize(), "token id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(vocabSize()));
         const Piece& p = pieces_[id];
         if (p.type == PieceType::Control) continue;
-        if (p.type == PieceType::Byte && byte_piece_[std::stoi(p.text.substr(3, 2), nullptr, 16)] == id) {
-            out += static_cast<char>(std::stoi(p.text.substr(3, 2), nullptr, 16));
+        if (p.byte >= 0 && byte_piece_[p.byte] == id) {
+            out += static_cast<char>(p.byte);
             first = false;
             continue;
         }

@@ -22,6 +22,7 @@ public:
         std::string text;
         float score = 0;
         PieceType type = PieceType::Normal;
+        int byte = -1;  // for a <0xXX> byte piece, the byte it stands for
     };
 
     static SentencePieceTokenizer load(const std::filesystem::path& model_file);
