@@ -18,13 +18,16 @@ Sampler::Sampler(const SamplingParams& p) : params_(p), rng_(p.seed) {
 
 int64_t Sampler::next(std::span<const float> logits_in, std::span<const int64_t> previous) {
     check(!logits_in.empty(), "no logits to sample from");
-    if (params_.temperature == 0.f && params_.repetition_penalty == 1.f)  // plain greedy: no copy (a step samples many rows)
-        return std::max_element(logits_in.begin(), logits_in.end()) - logits_in.begin();
-    std::vector<float> logits(logits_in.begin(), logits_in.end());
+    // The logits are copied only when the repetition penalty changes them (a step samples many rows).
+    std::span<const float> logits = logits_in;
+    std::vector<float> penalized;
     if (params_.repetition_penalty != 1.f) {  // as in CTRL / Hugging Face: shrink positive, grow negative
+        penalized.assign(logits_in.begin(), logits_in.end());
         std::unordered_set<int64_t> seen(previous.begin(), previous.end());
         for (int64_t t : seen)
-            if (t >= 0 && t < static_cast<int64_t>(logits.size())) logits[t] = logits[t] > 0 ? logits[t] / params_.repetition_penalty : logits[t] * params_.repetition_penalty;
+            if (t >= 0 && t < static_cast<int64_t>(penalized.size()))
+                penalized[t] = penalized[t] > 0 ? penalized[t] / params_.repetition_penalty : penalized[t] * params_.repetition_penalty;
+        logits = penalized;
     }
     if (params_.temperature == 0.f) return std::max_element(logits.begin(), logits.end()) - logits.begin();
     std::vector<int64_t> order(logits.size());
