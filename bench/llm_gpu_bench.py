@@ -65,10 +65,12 @@ def make_model(name):
     return m, d, params
 
 
-def kiln(args, *cmd, timeout=600):
-    p = subprocess.run([args.kiln, *cmd], capture_output=True, text=True, timeout=timeout)
+def kiln(args, *cmd, timeout=600, env=None, stderr_to=None):
+    p = subprocess.run([args.kiln, *cmd], capture_output=True, text=True, timeout=timeout, env=dict(os.environ, **(env or {})))
     if p.returncode != 0:
         raise RuntimeError(f"kiln {' '.join(cmd[:2])} failed: {(p.stderr or p.stdout).strip()[-600:]}")
+    if stderr_to is not None:
+        stderr_to.append(p.stderr)
     return p.stdout
 
 
@@ -108,13 +110,22 @@ def bench_model(args, name, bw):
     row["greedy_tokens_identical_prefix"] = f"{agree}/{n_new}"
     row["greedy_kiln"], row["greedy_hf"] = ours, hf
     # Batch 1 decode.
-    b1 = json.loads(kiln(args, "bench-llm", d, "--target", "cuda", "--requests", "3", "--concurrency", "1", "--input-len", "128", "--output-len", "128",
-                         "--max-batch-size", "1", "--max-num-tokens", "256", "--num-blocks", "64", "--json"))
+    b1_args = ["bench-llm", d, "--target", "cuda", "--requests", "3", "--concurrency", "1", "--input-len", "128", "--output-len", "128",
+               "--max-batch-size", "1", "--max-num-tokens", "256", "--num-blocks", "64", "--json"]
+    b1 = json.loads(kiln(args, *b1_args))
+    if args.profile:  # where a batch-1 decode step's GPU time goes (src/llm/cuda/step_profiler.h)
+        reports = []
+        for mode in ("steps", "stages"):
+            kiln(args, *b1_args, env={"KILN_LLM_PROFILE": mode}, stderr_to=reports)
+        row["b1_profile"] = reports
+        print("\n".join(reports), flush=True)
     row["kiln_b1_tpot_ms"] = b1["tpot_ms"]["median"]
     row["bandwidth_limit_ms"] = weight_bytes / (bw * 1e9) * 1000
     row["b1_vs_bandwidth_limit"] = row["kiln_b1_tpot_ms"] / row["bandwidth_limit_ms"]
     row["hf_b1_tokens_per_s"] = hf_generate_tps(m, 1, 128, 128, vocab)
     # Concurrency 64.
+    if args.skip_c64:
+        return row
     c64 = json.loads(kiln(args, "bench-llm", d, "--target", "cuda", "--requests", "64", "--concurrency", "64", "--input-len", "128", "--output-len", "128",
                           "--max-batch-size", "64", "--max-num-tokens", "2048", "--num-blocks", "1200", "--json"))
     row["kiln_c64_tokens_per_s"] = c64["output_tokens_per_s"]
@@ -132,6 +143,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--models", default="gpt2,llama1b")
+    ap.add_argument("--profile", action="store_true", help="also print the GPU decoder's batch-1 step profile")
+    ap.add_argument("--skip-c64", action="store_true", help="only greedy agreement and batch-1 decode")
     args = ap.parse_args()
     import transformers
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
@@ -153,8 +166,11 @@ def main():
         if "error" in r:
             print(f"{r['model']:<9} error: {r['error'][:200]}")
             continue
-        print(f"{r['model']:<9}{r['params'] / 1e9:>7.2f}B{r['greedy_tokens_identical_prefix']:>10}{r['kiln_b1_tpot_ms']:>10.3f}{r['bandwidth_limit_ms']:>9.3f}"
-              f"{r['b1_vs_bandwidth_limit']:>7.2f}{r['hf_b1_tokens_per_s']:>10.0f}{r['kiln_c64_tokens_per_s']:>13.0f}{r['hf_c64_tokens_per_s']:>11.0f}{r['c64_speedup_vs_hf']:>6.2f}")
+        def f(key, width, spec):
+            return f"{r[key]:>{width}{spec}}" if key in r else f"{'-':>{width}}"
+        print(f"{r['model']:<9}{r['params'] / 1e9:>7.2f}B{r['greedy_tokens_identical_prefix']:>10}{f('kiln_b1_tpot_ms', 10, '.3f')}{f('bandwidth_limit_ms', 9, '.3f')}"
+              f"{f('b1_vs_bandwidth_limit', 7, '.2f')}{f('hf_b1_tokens_per_s', 10, '.0f')}{f('kiln_c64_tokens_per_s', 13, '.0f')}{f('hf_c64_tokens_per_s', 11, '.0f')}"
+              f"{f('c64_speedup_vs_hf', 6, '.2f')}")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 #include "backends/cuda/cuda_executor.h"
 #include "ir/half.h"
 #include "llm/cuda/decoder_kernels.h"
+#include "llm/cuda/step_profiler.h"
 #include "llm/decoder_model.h"
 #include "llm/safetensors.h"
 
@@ -83,6 +84,11 @@ public:
         blas_workspace_ = DeviceBuffer(32u << 20);  // fixed, so captured graphs never see cuBLAS allocate
         KILN_BLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_.ptr, blas_workspace_.bytes));
         loadWeights(w);
+        // The fused small GEMM needs 16-byte rows and its input rows in shared memory.
+        const int64_t max_k = std::max({c.hidden, c.heads * c.head_dim, c.intermediate});
+        small_gemm_ = options.small_gemm && c.hidden % 8 == 0 && (c.heads * c.head_dim) % 8 == 0 && c.intermediate % 8 == 0 &&
+                      cuda::prepareSmallGemm(static_cast<int>(max_k));
+        small_gemm_blocks_ = 4 * prop.multiProcessorCount;
     }
     ~CudaDecoderModel() override {
         for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
@@ -133,12 +139,13 @@ public:
             std::memcpy(tables + s * max_blocks, table.data(), sizeof(int32_t) * table.size());
         }
         const size_t meta_ints = static_cast<size_t>(4 * T + S + S * max_blocks);
+        profiler_.stepBegin(stream_);
         KILN_CUDA_CHECK(cudaMemcpyAsync(act_.meta.ptr, pinned_meta_.ptr, meta_ints * 4, cudaMemcpyHostToDevice, stream_));
         const bool decode_only = T == S;
         void* pool = cache.device_storage.get();
         // A batch size's first decode step runs eagerly (kernels and cuBLAS load lazily, which a
         // capture must not see); the second is captured, later ones replay.
-        const bool replay = decode_only && options_.cuda_graphs && !eager_sizes_.insert(S).second;
+        const bool replay = decode_only && options_.cuda_graphs && profiler_.mode() != cuda::StepProfiler::Mode::Stages && !eager_sizes_.insert(S).second;
         if (replay) {
             auto it = graphs_.find(S);
             if (it == graphs_.end() || it->second.pool != pool || it->second.max_blocks != max_blocks || it->second.block_size != bs) {
@@ -162,8 +169,11 @@ public:
             compute(T, S, max_blocks, bs, pool, cache.numBlocks());
         }
         const size_t V = static_cast<size_t>(config_.vocab);
+        profiler_.stage(stream_, "logits copy");
         KILN_CUDA_CHECK(cudaMemcpyAsync(pinned_logits_.ptr, act_.logits.ptr, S * V * 4, cudaMemcpyDeviceToHost, stream_));
+        profiler_.stepEnd(stream_);
         KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        profiler_.stepDone(decode_only);
         for (const auto& c : chunks) cache.append(c.seq, c.tokens);
         const float* logits = pinned_logits_.as<float>();
         return std::vector<float>(logits, logits + S * V);
@@ -185,42 +195,95 @@ private:
                                      static_cast<int>(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
 
+    // A linear layer's input: a norm of residual-stream rows, f16 rows, or the MLP activation of f16 rows.
+    struct LinearIn {
+        cuda::SmallGemmInput::Kind kind;
+        const void* x;  // the f32 stream for Norm, else f16 rows
+        const float *norm_w = nullptr, *norm_b = nullptr;
+        const int32_t* row_map = nullptr;
+        const __half* act_bias = nullptr;
+    };
+    // Where its output goes: f16 or f32 rows, or added (with bias) into the residual stream.
+    struct LinearOut {
+        cuda::SmallGemmOutput::Kind kind;
+        void* y;
+        const __half* bias = nullptr;
+    };
+
+    // One linear layer of `rows` token rows. Decode-size batches run the fused small GEMM
+    // (prologue and epilogue inside); larger ones run the norm/activation kernel, cuBLAS,
+    // and leave a residual add pending for the next norm, which adds it in the same pass.
+    // `small` is decided once per step: the two paths leave the residual stream in different states.
+    void linear(bool small, int64_t rows, int64_t N, int64_t K, const DeviceBuffer& W, const LinearIn& in, const LinearOut& out, const char* stage) const {
+        const DecoderConfig& c = config_;
+        const bool llama = c.family == Family::Llama;
+        if (small) {
+            profiler_.stage(stream_, stage);
+            cuda::SmallGemmInput si;
+            si.kind = in.kind;
+            if (in.kind == cuda::SmallGemmInput::Norm) {
+                si.residual = static_cast<const float*>(in.x), si.row_map = in.row_map, si.norm_w = in.norm_w, si.norm_b = in.norm_b;
+                si.eps = c.norm_eps, si.rms = llama;
+            } else {
+                si.x = static_cast<const __half*>(in.x), si.bias = in.act_bias, si.swiglu = llama;
+            }
+            const cuda::SmallGemmOutput so{out.kind, out.y, out.bias};
+            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), si, so, small_gemm_blocks_, stream_);
+            return;
+        }
+        const void* x = in.x;
+        if (in.kind == cuda::SmallGemmInput::Norm) {
+            profiler_.stage(stream_, "norm");
+            cuda::launchAddNorm(static_cast<int>(rows), static_cast<int>(K), in.row_map, act_.x.as<float>(), pending_.add, pending_.bias, in.norm_w,
+                                in.norm_b, c.norm_eps, llama, act_.h.as<__half>(), stream_);
+            pending_ = {};
+            x = act_.h.ptr;
+        } else if (in.kind == cuda::SmallGemmInput::Activation) {
+            profiler_.stage(stream_, "activation");
+            cuda::launchMlpActivation(static_cast<int>(rows), static_cast<int>(K), static_cast<const __half*>(in.x), in.act_bias, llama,
+                                      act_.mlp_act.as<__half>(), stream_);
+            x = act_.mlp_act.ptr;
+        }
+        profiler_.stage(stream_, stage);
+        const bool add = out.kind == cuda::SmallGemmOutput::AddToResidual;
+        gemm(rows, N, K, W, x, add ? act_.proj.ptr : out.y, out.kind == cuda::SmallGemmOutput::Float);
+        if (add) pending_ = {act_.proj.as<__half>(), out.bias};
+    }
+
     // The whole step on stream_, reading metadata from act_.meta (capturable).
     void compute(int64_t T, int64_t S, int max_blocks, int64_t bs, void* pool, int64_t num_blocks) const {
+        using In = cuda::SmallGemmInput;
+        using Out = cuda::SmallGemmOutput;
         const DecoderConfig& c = config_;
         const int64_t H = c.hidden, D = c.head_dim, Q = c.heads * D, KV = c.kv_heads * D, I = c.intermediate;
         const bool llama = c.family == Family::Llama;
         const int32_t* meta = act_.meta.as<int32_t>();
         cuda::StepMeta m{meta, meta + T, meta + 2 * T, meta + 3 * T, meta + 4 * T, meta + 4 * T + S, max_blocks};
         const int Ti = static_cast<int>(T);
-        cuda::launchEmbed(Ti, static_cast<int>(H), m, embed_.as<__half>(), llama ? nullptr : positions_.as<__half>(), act_.x.as<float>(), stream_);
+        float* x = act_.x.as<float>();
+        pending_ = {};
+        const bool small = T <= cuda::kSmallGemmMaxRows && small_gemm_;
+        profiler_.stage(stream_, "embed");
+        cuda::launchEmbed(Ti, static_cast<int>(H), m, embed_.as<__half>(), llama ? nullptr : positions_.as<__half>(), x, stream_);
         const size_t layer_elems = static_cast<size_t>(num_blocks * c.kv_heads * bs * D);  // keys (or values) of one layer
         for (int64_t l = 0; l < c.layers; ++l) {
             const LayerWeights& L = layers_[l];
-            // x += previous layer's MLP output (none before the first layer), h = norm1(x)
-            const bool first = l == 0;
-            cuda::launchAddNorm(Ti, static_cast<int>(H), nullptr, act_.x.as<float>(), first ? nullptr : act_.proj.as<__half>(),
-                                first ? nullptr : layers_[l - 1].down_b.as<__half>(), L.norm1_w.as<float>(), L.norm1_b.as<float>(), c.norm_eps, llama,
-                                act_.h.as<__half>(), stream_);
-            gemm(T, Q + 2 * KV, H, L.qkv, act_.h.ptr, act_.qkv.ptr);
+            linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, {Out::Half, act_.qkv.ptr}, "qkv");
             __half* base = static_cast<__half*>(pool) + 2 * l * layer_elems;
             const cuda::KvLayer kv{base, base + layer_elems, static_cast<int>(c.kv_heads), static_cast<int>(D), static_cast<int>(bs)};
+            profiler_.stage(stream_, "qkv+rope+cache");
             cuda::launchQkvToCache(Ti, static_cast<int>(c.heads), act_.qkv.as<__half>(), L.qkv_b.as<__half>(), m, kv, llama, c.rope_theta, act_.q.as<__half>(),
                                    stream_);
+            profiler_.stage(stream_, "attention");
             cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, kv, 1.f / std::sqrt(static_cast<float>(D)),
                                        act_.att.as<__half>(), stream_);
-            gemm(T, H, Q, L.o, act_.att.ptr, act_.proj.ptr);
-            cuda::launchAddNorm(Ti, static_cast<int>(H), nullptr, act_.x.as<float>(), act_.proj.as<__half>(), L.o_b.as<__half>(), L.norm2_w.as<float>(),
-                                L.norm2_b.as<float>(), c.norm_eps, llama, act_.h.as<__half>(), stream_);
-            gemm(T, llama ? 2 * I : I, H, L.up, act_.h.ptr, act_.mlp.ptr);
-            cuda::launchMlpActivation(Ti, static_cast<int>(I), act_.mlp.as<__half>(), L.up_b.as<__half>(), llama, act_.mlp_act.as<__half>(), stream_);
-            gemm(T, H, I, L.down, act_.mlp_act.ptr, act_.proj.ptr);
+            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, {Out::AddToResidual, x, L.o_b.as<__half>()}, "o");
+            linear(small, T, llama ? 2 * I : I, H, L.up, {In::Norm, x, L.norm2_w.as<float>(), L.norm2_b.as<float>()}, {Out::Half, act_.mlp.ptr}, "up");
+            linear(small, T, H, I, L.down, {In::Activation, act_.mlp.ptr, nullptr, nullptr, nullptr, L.up_b.as<__half>()}, {Out::AddToResidual, x, L.down_b.as<__half>()},
+                   "down");
         }
-        // Only each chunk's last token needs logits: x += last MLP output, final norm, LM head.
-        cuda::launchAddNorm(static_cast<int>(S), static_cast<int>(H), m.last_token, act_.x.as<float>(), act_.proj.as<__half>(),
-                            layers_.back().down_b.as<__half>(), final_w_.as<float>(), final_b_.as<float>(), c.norm_eps, llama, act_.final_h.as<__half>(),
-                            stream_);
-        gemm(S, c.vocab, H, *lm_head_, act_.final_h.ptr, act_.logits.ptr, true);
+        // Only each chunk's last token needs logits: final norm of those rows, LM head.
+        linear(small, S, c.vocab, H, *lm_head_, {In::Norm, x, final_w_.as<float>(), final_b_.as<float>(), m.last_token}, {Out::Float, act_.logits.ptr}, "lm head");
         KILN_CUDA_CHECK(cudaGetLastError());
     }
 
@@ -317,6 +380,15 @@ private:
     mutable PinnedBuffer pinned_meta_, pinned_logits_;
     mutable std::map<int64_t, Captured> graphs_;
     mutable std::set<int64_t> eager_sizes_;  // decode batch sizes that ran once without a graph
+    mutable cuda::StepProfiler profiler_;
+    // The cuBLAS path's residual add not yet done: the next norm adds it.
+    struct PendingAdd {
+        const __half* add = nullptr;
+        const __half* bias = nullptr;
+    };
+    mutable PendingAdd pending_;
+    bool small_gemm_ = false;
+    int small_gemm_blocks_ = 0;
 };
 
 }  // namespace

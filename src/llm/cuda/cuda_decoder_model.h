@@ -14,6 +14,7 @@ namespace kiln::llm {
 
 struct CudaDecoderOptions {
     bool cuda_graphs = true;
+    bool small_gemm = true;  // fused GEMV kernels for steps of at most 4 tokens (else cuBLAS throughout)
 };
 
 // Throws Error when Kiln was built without CUDA or no GPU is usable.

@@ -2,28 +2,40 @@
 
 #include <math.h>
 
+#include <algorithm>
+
 namespace kiln::llm::cuda {
 
 namespace {
 
 constexpr int kNormThreads = 256;
-constexpr int kAttentionWarps = 4;
+constexpr int kAttentionThreads = 256;
+constexpr int kAttentionTile = 256;  // keys whose scores are held in shared memory at once
 
 __device__ float warpSum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
-// Sum over the block (kNormThreads threads); every thread gets the result.
-__device__ float blockSum(float v, float* shared) {
-    v = warpSum(v);
+__device__ float warpMax(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum (or max) over a block of Threads threads; every thread gets the result.
+template <int Threads>
+__device__ float blockReduce(float v, float* shared, bool max) {
+    v = max ? warpMax(v) : warpSum(v);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     __syncthreads();  // shared may still be read from a previous call
     if (lane == 0) shared[warp] = v;
     __syncthreads();
-    float t = lane < kNormThreads / 32 ? shared[lane] : 0.f;
-    return warpSum(t);
+    const float idle = max ? -INFINITY : 0.f;
+    const float t = lane < Threads / 32 ? shared[lane] : idle;
+    return max ? warpMax(t) : warpSum(t);
 }
+
+__device__ float blockSum(float v, float* shared) { return blockReduce<kNormThreads>(v, shared, false); }
 
 __global__ void embedKernel(int H, StepMeta m, const __half* wte, const __half* wpe, float* x) {
     const int t = blockIdx.x;
@@ -32,33 +44,97 @@ __global__ void embedKernel(int H, StepMeta m, const __half* wte, const __half* 
         x[int64_t(t) * H + j] = __half2float(wte[tok * H + j]) + (wpe ? __half2float(wpe[pos * H + j]) : 0.f);
 }
 
+// out = LayerNorm/RMSNorm(xr) * w (+ b) over one row, by the whole block (kNormThreads).
+__device__ void normRow(int H, const float* xr, const float* w, const float* b, float eps, bool rms, float* shared, __half* out) {
+    float sum = 0.f;
+    if (!rms)
+        for (int j = threadIdx.x; j < H; j += blockDim.x) sum += xr[j];
+    const float mean = rms ? 0.f : blockSum(sum, shared) / H;
+    float sq = 0.f;
+    for (int j = threadIdx.x; j < H; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
+    const float inv = rsqrtf(blockSum(sq, shared) / H + eps);
+    for (int j = threadIdx.x; j < H; j += blockDim.x) out[j] = __float2half((xr[j] - mean) * inv * w[j] + (b ? b[j] : 0.f));
+}
+
+__device__ float mlpActivation(int I, const __half* in_row, const __half* bias, bool swiglu, int j) {
+    if (swiglu) {
+        const float g = __half2float(in_row[j]), u = __half2float(in_row[I + j]);
+        return g / (1.f + __expf(-g)) * u;
+    }
+    const float a = __half2float(in_row[j]) + (bias ? __half2float(bias[j]) : 0.f);
+    return 0.5f * a * (1.f + tanhf(0.7978845608f * (a + 0.044715f * a * a * a)));
+}
+
 __global__ void addNormKernel(int H, const int32_t* row_map, float* x, const __half* add, const __half* add_bias, const float* w, const float* b,
                               float eps, bool rms, __half* out) {
     __shared__ float shared[32];
     const int r = blockIdx.x;
     const int64_t t = row_map ? row_map[r] : r;
     float* xr = x + t * H;
-    float sum = 0.f;
-    for (int j = threadIdx.x; j < H; j += blockDim.x) {
-        float v = xr[j];
-        if (add) v += __half2float(add[t * H + j]) + (add_bias ? __half2float(add_bias[j]) : 0.f), xr[j] = v;
-        sum += v;
+    if (add) {
+        for (int j = threadIdx.x; j < H; j += blockDim.x) xr[j] += __half2float(add[t * H + j]) + (add_bias ? __half2float(add_bias[j]) : 0.f);
+        __syncthreads();
     }
-    const float mean = rms ? 0.f : blockSum(sum, shared) / H;
-    float sq = 0.f;
-    for (int j = threadIdx.x; j < H; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
-    const float inv = rsqrtf(blockSum(sq, shared) / H + eps);
-    for (int j = threadIdx.x; j < H; j += blockDim.x) out[int64_t(r) * H + j] = __float2half((xr[j] - mean) * inv * w[j] + (b ? b[j] : 0.f));
+    normRow(H, xr, w, b, eps, rms, shared, out + int64_t(r) * H);
+}
+
+// y[r] = in[r] * W^T for a few rows (R at most): a warp per output column streams W's row
+// with 16-byte loads while the block's input rows, made by the prologue (copy, norm or MLP
+// activation), sit in shared memory; the epilogue stores f16/f32 or adds into the residual.
+template <int R>
+__global__ void __launch_bounds__(kNormThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out) {
+    extern __shared__ __align__(16) __half xs[];  // [rows][K]
+    __shared__ float shared[32];
+    for (int r = 0; r < rows; ++r) {
+        __half* dst = xs + int64_t(r) * K;
+        if (in.kind == SmallGemmInput::Norm) {
+            const int64_t t = in.row_map ? in.row_map[r] : r;
+            normRow(K, in.residual + t * K, in.norm_w, in.norm_b, in.eps, in.rms, shared, dst);
+        } else if (in.kind == SmallGemmInput::Activation) {
+            const __half* row = in.x + int64_t(r) * (in.swiglu ? 2 * K : K);
+            for (int j = threadIdx.x; j < K; j += blockDim.x) dst[j] = __float2half(mlpActivation(K, row, in.bias, in.swiglu, j));
+        } else {
+            for (int j = threadIdx.x; j < K; j += blockDim.x) dst[j] = in.x[int64_t(r) * K + j];
+        }
+    }
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, K8 = K / 8;
+    for (int n = blockIdx.x * warps + warp; n < N; n += gridDim.x * warps) {
+        const uint4* wrow = reinterpret_cast<const uint4*>(W + int64_t(n) * K);
+        float acc[R] = {};
+#pragma unroll 4
+        for (int k = lane; k < K8; k += 32) {
+            const uint4 wv = __ldg(wrow + k);
+            const __half2* w2 = reinterpret_cast<const __half2*>(&wv);
+            for (int r = 0; r < R; ++r) {
+                if (r >= rows) break;
+                const uint4 xv = reinterpret_cast<const uint4*>(xs + int64_t(r) * K)[k];
+                const __half2* x2 = reinterpret_cast<const __half2*>(&xv);
+                for (int i = 0; i < 4; ++i) {
+                    const float2 wf = __half22float2(w2[i]), xf = __half22float2(x2[i]);
+                    acc[r] += wf.x * xf.x + wf.y * xf.y;
+                }
+            }
+        }
+        for (int r = 0; r < R; ++r) acc[r] = warpSum(acc[r]);
+        if (lane != 0) continue;
+        for (int r = 0; r < rows && r < R; ++r) {
+            const int64_t at = int64_t(r) * N + n;
+            if (out.kind == SmallGemmOutput::Half) static_cast<__half*>(out.y)[at] = __float2half(acc[r]);
+            else if (out.kind == SmallGemmOutput::Float) static_cast<float*>(out.y)[at] = acc[r];
+            else static_cast<float*>(out.y)[at] += acc[r] + (out.bias ? __half2float(out.bias[n]) : 0.f);
+        }
+    }
 }
 
 __global__ void qkvToCacheKernel(int heads, const __half* qkv, const __half* bias, StepMeta m, KvLayer kv, bool rope, float theta, __half* q) {
-    const int t = blockIdx.x, D = kv.head_dim, half = D / 2;
-    const int all = heads + 2 * kv.kv_heads, width = all * D;
+    // One CTA per (token, head of q|k|v); thread i owns the pair (i, i + half).
+    const int t = blockIdx.x, h = blockIdx.y, D = kv.head_dim, half = D / 2;
+    const int width = (heads + 2 * kv.kv_heads) * D;
     const int pos = m.positions[t], slot = m.slots[t];
     const int64_t block = slot / kv.block_size, offset = slot % kv.block_size;
     const __half* row = qkv + int64_t(t) * width;
-    for (int e = threadIdx.x; e < all * half; e += blockDim.x) {
-        const int h = e / half, i = e % half;  // head of q|k|v, pair (i, i + half)
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
         const int c0 = h * D + i, c1 = c0 + half;
         float a = __half2float(row[c0]) + (bias ? __half2float(bias[c0]) : 0.f);
         float c = __half2float(row[c1]) + (bias ? __half2float(bias[c1]) : 0.f);
@@ -82,60 +158,83 @@ __global__ void qkvToCacheKernel(int heads, const __half* qkv, const __half* bia
     }
 }
 
-// One CTA per (head, token); each warp walks every kAttentionWarps-th key with an online
-// softmax, lanes owning VEC consecutive dims; the warps' partial results merge at the end.
-template <int VEC>
-__global__ void pagedAttentionKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale, __half* out) {
-    constexpr int D = VEC * 32;
-    const int h = blockIdx.x, t = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+// One CTA per (query head, token), keys in tiles of kAttentionTile. Each key's dot product
+// is shared by D/8 lanes holding 16 bytes of q each, so all of a tile's key (then value)
+// loads are independent and in flight together; the tile's scores sit in shared memory
+// for its softmax, and an online rescale carries the running max and sum across tiles.
+template <int D>
+__global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale, __half* out) {
+    constexpr int kLanesPerKey = D / 8, kKeysPerPass = kAttentionThreads / kLanesPerKey;
+    __shared__ float score[kAttentionTile];
+    __shared__ float reduce[32];
+    __shared__ float partial[kKeysPerPass][D + 1];
+    const int h = blockIdx.x, t = blockIdx.y;
+    const int g = threadIdx.x % kLanesPerKey, key_lane = threadIdx.x / kLanesPerKey;
     const int kh = h / (heads / kv.kv_heads);
     const int len = m.positions[t] + 1;
     const int32_t* table = m.block_tables + int64_t(m.token_chunk[t]) * m.max_blocks;
-    float qv[VEC], acc[VEC];
-    const __half* qh = q + (int64_t(t) * heads + h) * D + lane * VEC;
-    for (int i = 0; i < VEC; ++i) qv[i] = __half2float(qh[i]) * scale, acc[i] = 0.f;
-    float mx = -INFINITY, l = 0.f;
-    for (int j = warp; j < len; j += kAttentionWarps) {
-        const int64_t base = ((int64_t(table[j / kv.block_size]) * kv.kv_heads + kh) * kv.block_size + j % kv.block_size) * D + lane * VEC;
-        float dot = 0.f;
-        for (int i = 0; i < VEC; ++i) dot += qv[i] * __half2float(kv.k[base + i]);
-        const float s = warpSum(dot);
-        const float nm = fmaxf(mx, s), corr = __expf(mx - nm), p = __expf(s - nm);
-        l = l * corr + p;
-        for (int i = 0; i < VEC; ++i) acc[i] = acc[i] * corr + p * __half2float(kv.v[base + i]);
-        mx = nm;
+    float qf[8], acc[8] = {};
+    const uint4 qv = *reinterpret_cast<const uint4*>(q + (int64_t(t) * heads + h) * D + g * 8);
+    const __half2* qh = reinterpret_cast<const __half2*>(&qv);
+    for (int i = 0; i < 4; ++i) qf[2 * i] = __low2float(qh[i]) * scale, qf[2 * i + 1] = __high2float(qh[i]) * scale;
+    auto address = [&](int j) { return ((int64_t(table[j / kv.block_size]) * kv.kv_heads + kh) * kv.block_size + j % kv.block_size) * D + g * 8; };
+    float run_max = -INFINITY, run_sum = 0.f;
+    for (int tile = 0; tile < len; tile += kAttentionTile) {
+        const int n = min(kAttentionTile, len - tile);
+#pragma unroll 4
+        for (int base = 0; base < n; base += kKeysPerPass) {  // uniform trip count: the shuffles need whole warps
+            const int jj = base + key_lane;
+            uint4 kvec = {};
+            if (jj < n) kvec = *reinterpret_cast<const uint4*>(kv.k + address(tile + jj));
+            const __half2* k2 = reinterpret_cast<const __half2*>(&kvec);
+            float dot = 0.f;
+            for (int i = 0; i < 4; ++i) dot += qf[2 * i] * __low2float(k2[i]) + qf[2 * i + 1] * __high2float(k2[i]);
+            for (int o = kLanesPerKey / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+            if (g == 0 && jj < n) score[jj] = dot;
+        }
+        __syncthreads();
+        float mx = -INFINITY;
+        for (int i = threadIdx.x; i < n; i += kAttentionThreads) mx = fmaxf(mx, score[i]);
+        const float new_max = fmaxf(run_max, blockReduce<kAttentionThreads>(mx, reduce, true));
+        float sum = 0.f;
+        for (int i = threadIdx.x; i < n; i += kAttentionThreads) {
+            const float p = __expf(score[i] - new_max);
+            score[i] = p, sum += p;
+        }
+        sum = blockReduce<kAttentionThreads>(sum, reduce, false);  // its barriers also publish the p values
+        const float corr = __expf(run_max - new_max);  // 0 on the first tile
+        run_sum = run_sum * corr + sum, run_max = new_max;
+        for (int i = 0; i < 8; ++i) acc[i] *= corr;
+#pragma unroll 4
+        for (int jj = key_lane; jj < n; jj += kKeysPerPass) {
+            const float p = score[jj];
+            const uint4 vvec = *reinterpret_cast<const uint4*>(kv.v + address(tile + jj));
+            const __half2* v2 = reinterpret_cast<const __half2*>(&vvec);
+            for (int i = 0; i < 4; ++i) acc[2 * i] += p * __low2float(v2[i]), acc[2 * i + 1] += p * __high2float(v2[i]);
+        }
+        __syncthreads();  // the next tile overwrites score
     }
-    __shared__ float s_m[kAttentionWarps], s_l[kAttentionWarps], s_acc[kAttentionWarps][D];
-    if (lane == 0) s_m[warp] = mx, s_l[warp] = l;
-    for (int i = 0; i < VEC; ++i) s_acc[warp][lane * VEC + i] = acc[i];
+    for (int i = 0; i < 8; ++i) partial[key_lane][g * 8 + i] = acc[i];
     __syncthreads();
-    if (warp != 0) return;
-    float gm = -INFINITY;
-    for (int w = 0; w < kAttentionWarps; ++w) gm = fmaxf(gm, s_m[w]);
-    float total = 0.f, o[VEC] = {};
-    for (int w = 0; w < kAttentionWarps; ++w) {
-        if (s_m[w] == -INFINITY) continue;  // a warp that saw no key
-        const float f = __expf(s_m[w] - gm);
-        total += s_l[w] * f;
-        for (int i = 0; i < VEC; ++i) o[i] += s_acc[w][lane * VEC + i] * f;
+    for (int d = threadIdx.x; d < D; d += kAttentionThreads) {
+        float o = 0.f;
+        for (int k = 0; k < kKeysPerPass; ++k) o += partial[k][d];
+        out[(int64_t(t) * heads + h) * D + d] = __float2half(o / run_sum);
     }
-    __half* oh = out + (int64_t(t) * heads + h) * D + lane * VEC;
-    for (int i = 0; i < VEC; ++i) oh[i] = __float2half(o[i] / total);
 }
 
 __global__ void mlpActivationKernel(int I, const __half* in, const __half* bias, bool swiglu, __half* out) {
     const int t = blockIdx.y;
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < I; j += gridDim.x * blockDim.x) {
-        float v;
-        if (swiglu) {
-            const float g = __half2float(in[int64_t(t) * 2 * I + j]), u = __half2float(in[int64_t(t) * 2 * I + I + j]);
-            v = g / (1.f + __expf(-g)) * u;
-        } else {
-            const float a = __half2float(in[int64_t(t) * I + j]) + (bias ? __half2float(bias[j]) : 0.f);
-            v = 0.5f * a * (1.f + tanhf(0.7978845608f * (a + 0.044715f * a * a * a)));
-        }
-        out[int64_t(t) * I + j] = __float2half(v);
-    }
+    const __half* row = in + int64_t(t) * (swiglu ? 2 * I : I);
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < I; j += gridDim.x * blockDim.x)
+        out[int64_t(t) * I + j] = __float2half(mlpActivation(I, row, bias, swiglu, j));
+}
+
+template <int R>
+void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int max_blocks, cudaStream_t s) {
+    const int warps = kNormThreads / 32;
+    const int blocks = std::min((N + warps - 1) / warps, max_blocks);
+    smallGemmKernel<R><<<blocks, kNormThreads, size_t(rows) * K * 2, s>>>(rows, N, K, W, in, out);
 }
 
 }  // namespace
@@ -151,13 +250,29 @@ void launchAddNorm(int rows, int H, const int32_t* row_map, float* x, const __ha
 
 void launchQkvToCache(int T, int heads, const __half* qkv, const __half* bias, const StepMeta& m, const KvLayer& kv, bool rope, float theta,
                       __half* q, cudaStream_t s) {
-    qkvToCacheKernel<<<T, 128, 0, s>>>(heads, qkv, bias, m, kv, rope, theta, q);
+    qkvToCacheKernel<<<dim3(T, heads + 2 * kv.kv_heads), kv.head_dim / 2, 0, s>>>(heads, qkv, bias, m, kv, rope, theta, q);
 }
 
 void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, __half* out, cudaStream_t s) {
     const dim3 grid(heads, T);
-    if (kv.head_dim == 64) pagedAttentionKernel<2><<<grid, 32 * kAttentionWarps, 0, s>>>(heads, q, m, kv, scale, out);
-    else pagedAttentionKernel<4><<<grid, 32 * kAttentionWarps, 0, s>>>(heads, q, m, kv, scale, out);
+    if (kv.head_dim == 64) pagedAttentionKernel<64><<<grid, kAttentionThreads, 0, s>>>(heads, q, m, kv, scale, out);
+    else pagedAttentionKernel<128><<<grid, kAttentionThreads, 0, s>>>(heads, q, m, kv, scale, out);
+}
+
+bool prepareSmallGemm(int max_k) {
+    const int bytes = kSmallGemmMaxRows * max_k * 2;
+    int device = 0, optin = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return false;
+    if (bytes + 1024 > optin) return false;
+    return cudaFuncSetAttribute(smallGemmKernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
+           cudaFuncSetAttribute(smallGemmKernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
+           cudaFuncSetAttribute(smallGemmKernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
+}
+
+void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int max_blocks, cudaStream_t s) {
+    if (rows == 1) launchSmallGemmRows<1>(rows, N, K, W, in, out, max_blocks, s);
+    else if (rows == 2) launchSmallGemmRows<2>(rows, N, K, W, in, out, max_blocks, s);
+    else launchSmallGemmRows<4>(rows, N, K, W, in, out, max_blocks, s);
 }
 
 void launchMlpActivation(int T, int I, const __half* in, const __half* bias, bool swiglu, __half* out, cudaStream_t s) {

@@ -38,6 +38,30 @@ void launchQkvToCache(int T, int heads, const __half* qkv, const __half* bias, c
 // Causal attention of each token over its sequence's cached keys/values up to its
 // position, read through the block table; query head h reads kv head h / (heads / kv_heads).
 void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, __half* out, cudaStream_t s);
+// y = in * W^T (W f16 [N][K]) for rows <= kSmallGemmMaxRows token rows, the decode case,
+// where cuBLAS leaves HBM bandwidth unused; the input comes from a fused prologue and
+// the output goes through a fused epilogue, which saves the norm and activation kernels.
+constexpr int kSmallGemmMaxRows = 4;
+struct SmallGemmInput {
+    enum Kind { Plain, Norm, Activation } kind = Plain;
+    const __half* x = nullptr;  // Plain: [rows][K]; Activation: [rows][K] (+ bias) or [rows][2K] (SwiGLU)
+    const __half* bias = nullptr;
+    bool swiglu = false;
+    const float* residual = nullptr;  // Norm: rows row_map[r] (or r) of this f32 [T][K] stream
+    const int32_t* row_map = nullptr;
+    const float *norm_w = nullptr, *norm_b = nullptr;
+    float eps = 0.f;
+    bool rms = false;
+};
+struct SmallGemmOutput {
+    enum Kind { Half, Float, AddToResidual } kind = Half;
+    void* y = nullptr;               // [rows][N]: f16, f32, or the f32 residual stream (+= y + bias)
+    const __half* bias = nullptr;    // AddToResidual
+};
+// Allows the shared memory the largest K needs; false when the device cannot (then the
+// caller keeps to cuBLAS). K must be a multiple of 8.
+bool prepareSmallGemm(int max_k);
+void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int max_blocks, cudaStream_t s);
 // GPT-2: out = gelu_tanh(in + bias), in [T][I]. Llama: out = silu(in[:, :I]) * in[:, I:].
 void launchMlpActivation(int T, int I, const __half* in, const __half* bias, bool swiglu, __half* out, cudaStream_t s);
 
