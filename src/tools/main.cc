@@ -1,6 +1,4 @@
 // The `kiln` command-line tool: a thin layer over the library.
-#include <unistd.h>
-
 #include <cstdlib>
 #include <iostream>
 
@@ -8,13 +6,6 @@
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
-    // OpenMP threads that spin between parallel regions starve OpenBLAS's threads on small
-    // machines; libgomp reads the policy when it loads, so set it and start again once.
-    if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("KILN_NO_REEXEC")) {
-        setenv("OMP_WAIT_POLICY", "passive", 1);
-        setenv("KILN_NO_REEXEC", "1", 1);
-        execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
-    }
     CLI::App app{"Kiln: an inference compiler with a global performance tuner", "kiln"};
     app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
     app.require_subcommand(1);
