@@ -88,7 +88,7 @@ public:
         const int64_t max_k = std::max({c.hidden, c.heads * c.head_dim, c.intermediate});
         small_gemm_ = options.small_gemm && c.hidden % 8 == 0 && (c.heads * c.head_dim) % 8 == 0 && c.intermediate % 8 == 0 &&
                       cuda::prepareSmallGemm(static_cast<int>(max_k));
-        small_gemm_blocks_ = 4 * prop.multiProcessorCount;
+        small_gemm_blocks_ = 3 * prop.multiProcessorCount;  // one resident wave at 80 registers x 256 threads
     }
     ~CudaDecoderModel() override {
         for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);

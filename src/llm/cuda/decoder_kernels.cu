@@ -45,15 +45,40 @@ __global__ void embedKernel(int H, StepMeta m, const __half* wte, const __half* 
 }
 
 // out = LayerNorm/RMSNorm(xr) * w (+ b) over one row, by the whole block (kNormThreads).
+// out = LayerNorm/RMSNorm(xr) * w (+ b) over one row, by the whole block (kNormThreads).
+// The row is read once into registers (rows up to kNormCached * kNormThreads long).
+constexpr int kNormCached = 16;
 __device__ void normRow(int H, const float* xr, const float* w, const float* b, float eps, bool rms, float* shared, __half* out) {
+    if (H > kNormCached * kNormThreads) {  // long rows: re-read from global memory
+        float sum = 0.f;
+        if (!rms)
+            for (int j = threadIdx.x; j < H; j += blockDim.x) sum += xr[j];
+        const float mean = rms ? 0.f : blockSum(sum, shared) / H;
+        float sq = 0.f;
+        for (int j = threadIdx.x; j < H; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
+        const float inv = rsqrtf(blockSum(sq, shared) / H + eps);
+        for (int j = threadIdx.x; j < H; j += blockDim.x) out[j] = __float2half((xr[j] - mean) * inv * w[j] + (b ? b[j] : 0.f));
+        return;
+    }
+    float v[kNormCached];
     float sum = 0.f;
-    if (!rms)
-        for (int j = threadIdx.x; j < H; j += blockDim.x) sum += xr[j];
+#pragma unroll
+    for (int i = 0; i < kNormCached; ++i) {
+        const int j = threadIdx.x + i * kNormThreads;
+        v[i] = j < H ? xr[j] : 0.f;
+        sum += v[i];
+    }
     const float mean = rms ? 0.f : blockSum(sum, shared) / H;
     float sq = 0.f;
-    for (int j = threadIdx.x; j < H; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
+#pragma unroll
+    for (int i = 0; i < kNormCached; ++i)
+        if (threadIdx.x + i * kNormThreads < H) sq += (v[i] - mean) * (v[i] - mean);
     const float inv = rsqrtf(blockSum(sq, shared) / H + eps);
-    for (int j = threadIdx.x; j < H; j += blockDim.x) out[j] = __float2half((xr[j] - mean) * inv * w[j] + (b ? b[j] : 0.f));
+#pragma unroll
+    for (int i = 0; i < kNormCached; ++i) {
+        const int j = threadIdx.x + i * kNormThreads;
+        if (j < H) out[j] = __float2half((v[i] - mean) * inv * w[j] + (b ? b[j] : 0.f));
+    }
 }
 
 __device__ float mlpActivation(int I, const __half* in_row, const __half* bias, bool swiglu, int j) {
@@ -85,6 +110,16 @@ template <int R>
 __global__ void __launch_bounds__(kNormThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out) {
     extern __shared__ __align__(16) __half xs[];  // [rows][K]
     __shared__ float shared[32];
+    constexpr int U = 8;  // 16-byte weight loads in flight per lane
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, K8 = K / 8;
+    const int first = blockIdx.x * warps + warp;
+    uint4 wv[U];
+    auto load = [&](int n, int k0) {
+        const uint4* wrow = reinterpret_cast<const uint4*>(W + int64_t(n) * K);
+#pragma unroll
+        for (int u = 0; u < U; ++u) wv[u] = k0 + 32 * u < K8 ? __ldg(wrow + k0 + 32 * u) : make_uint4(0, 0, 0, 0);
+    };
+    if (first < N) load(first, lane);  // the first weights arrive while the prologue runs
     for (int r = 0; r < rows; ++r) {
         __half* dst = xs + int64_t(r) * K;
         if (in.kind == SmallGemmInput::Norm) {
@@ -98,21 +133,25 @@ __global__ void __launch_bounds__(kNormThreads) smallGemmKernel(int rows, int N,
         }
     }
     __syncthreads();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, K8 = K / 8;
-    for (int n = blockIdx.x * warps + warp; n < N; n += gridDim.x * warps) {
-        const uint4* wrow = reinterpret_cast<const uint4*>(W + int64_t(n) * K);
+    bool loaded = true;
+    for (int n = first; n < N; n += gridDim.x * warps) {
         float acc[R] = {};
-#pragma unroll 4
-        for (int k = lane; k < K8; k += 32) {
-            const uint4 wv = __ldg(wrow + k);
-            const __half2* w2 = reinterpret_cast<const __half2*>(&wv);
-            for (int r = 0; r < R; ++r) {
-                if (r >= rows) break;
-                const uint4 xv = reinterpret_cast<const uint4*>(xs + int64_t(r) * K)[k];
-                const __half2* x2 = reinterpret_cast<const __half2*>(&xv);
-                for (int i = 0; i < 4; ++i) {
-                    const float2 wf = __half22float2(w2[i]), xf = __half22float2(x2[i]);
-                    acc[r] += wf.x * xf.x + wf.y * xf.y;
+        for (int k0 = lane; k0 < K8; k0 += 32 * U) {
+            if (!loaded) load(n, k0);
+            loaded = false;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int k = k0 + 32 * u;
+                if (k >= K8) break;
+                const __half2* w2 = reinterpret_cast<const __half2*>(&wv[u]);
+                for (int r = 0; r < R; ++r) {
+                    if (r >= rows) break;
+                    const uint4 xv = reinterpret_cast<const uint4*>(xs + int64_t(r) * K)[k];
+                    const __half2* x2 = reinterpret_cast<const __half2*>(&xv);
+                    for (int i = 0; i < 4; ++i) {
+                        const float2 wf = __half22float2(w2[i]), xf = __half22float2(x2[i]);
+                        acc[r] += wf.x * xf.x + wf.y * xf.y;
+                    }
                 }
             }
         }
