@@ -123,8 +123,11 @@ void chooseAlgorithm(OpContext& ctx, ConvPlan& p, const void* x, const void* w, 
         int found = 0;
         std::vector<cudnnConvolutionFwdAlgo_t> candidates;
         KILN_DNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(ctx.res.dnn(), p.x, p.w, p.conv, p.y, kRequested, &found, perf), ctx);
-        appendAlgorithms(perf, found, ctx.calibrate && routeValue(ctx.route, "tactic.cuda.conv") == "auto" ? 3 : 1, candidates);
-        if (candidates.size() > 1) {
+        // The route decides whether to search, not how many proposals the heuristic made (a
+        // single proposal still gets cuDNN's search and the timing below).
+        const bool search = ctx.calibrate && routeValue(ctx.route, "tactic.cuda.conv") == "auto";
+        appendAlgorithms(perf, found, search ? 3 : 1, candidates);
+        if (search) {
             // auto: cuDNN's own timed search proposes more, then every candidate is timed here, as
             // it will run (this stream, this workspace, the plan's math type); cuDNN's search alone
             // picked algorithms that ran slower than its heuristic inside the whole network.
