@@ -90,13 +90,21 @@ Engine Builder::build() const {
         if (!referenceKernels().find(n.op_type)) missing += (missing.empty() ? "" : ", ") + n.describe();
     check(missing.empty(), "no CPU kernel for " + missing);
     if (targetKind(e.target) == "cuda") e.tactics = selectCudaTactics(e);
-    else e.tactics = selectTactics(e.graph, route_.values(), timing_cache_);
+    else e.tactics = selectTactics(e.graph, route_.values(), timing_cache_, buildShapes(e));
     return e;
 }
 
 // CUDA tactics are chosen by running the graph once at the profile's opt shapes (or the
 // declared static shapes); with symbolic dims and no profile the runtime uses heuristics.
 std::map<std::string, std::string> Builder::selectCudaTactics(const Engine& e) const {
+    const auto shapes = buildShapes(e);
+    if (shapes.empty() && !e.graph.runtimeInputs().empty()) return {};
+    return cuda::calibrateTactics(e.graph, route_.values(), shapes);
+}
+
+// Every runtime input's shape for timing: the profile's opt shape, else its static shape;
+// empty when some input has neither.
+std::map<std::string, Dims> Builder::buildShapes(const Engine& e) const {
     std::map<std::string, Dims> shapes;
     for (const auto& vi : e.graph.runtimeInputs()) {
         auto p = e.profile.find(vi.name);
@@ -112,7 +120,7 @@ std::map<std::string, std::string> Builder::selectCudaTactics(const Engine& e) c
         }
         shapes[vi.name] = d;
     }
-    return cuda::calibrateTactics(e.graph, route_.values(), shapes);
+    return shapes;
 }
 
 std::vector<std::string> Builder::affectingParameters() const {

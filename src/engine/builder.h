@@ -34,6 +34,7 @@ private:
     // The values the passes see: the route plus the target (passes/pass.h kTargetKey).
     RouteValues passRoute(const BuildRoute& r) const;
     std::map<std::string, std::string> selectCudaTactics(const Engine& e) const;
+    std::map<std::string, Dims> buildShapes(const Engine& e) const;
     Graph model_;
     std::string model_hash_;
     std::string target_;

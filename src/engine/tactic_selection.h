@@ -26,7 +26,11 @@ private:
     mutable size_t hits_ = 0;
 };
 
-// Node name -> tactic for every node of `g`.
-std::map<std::string, std::string> selectTactics(const Graph& g, const RouteValues& route, TimingCache* cache);
+// Node name -> tactic for every node of `g`. Nodes with static shapes are timed on random
+// tensors of those shapes; with `input_shapes` (every runtime input's build shape, e.g. the
+// profile's opt shapes), the others are timed on the values the model computes from random
+// inputs of those shapes.
+std::map<std::string, std::string> selectTactics(const Graph& g, const RouteValues& route, TimingCache* cache,
+                                                 const std::map<std::string, Dims>& input_shapes = {});
 
 }  // namespace kiln

@@ -39,6 +39,7 @@ void execute(BenchOptions& o) {
     check(o.iterations > 0 && o.duration >= 0 && o.warmup_ms >= 0, "--iterations must be positive, --duration and --warmup-ms non-negative");
     using Clock = std::chrono::steady_clock;
     auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+    o.build.run_inputs = &o.inputs;
     Engine engine = loadOrBuildEngine(o.model, o.build);
     addProfileShapes(engine, o.inputs);
     TensorMap inputs = loadInputs(engine.graph, o.inputs);

@@ -24,6 +24,7 @@ struct RunOptions {
 };
 
 void execute(RunOptions& o) {
+    o.build.run_inputs = &o.inputs;
     Engine engine = loadOrBuildEngine(o.model, o.build);
     addProfileShapes(engine, o.inputs);
     TensorMap inputs = loadInputs(engine.graph, o.inputs);

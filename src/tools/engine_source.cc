@@ -4,6 +4,7 @@
 
 #include "engine/tactic_selection.h"
 #include "onnx_import/importer.h"
+#include "tools/model_io.h"
 
 namespace kiln::tools {
 
@@ -47,6 +48,15 @@ BuildRoute routeFromOptions(const BuildOptions& o) {
 
 Engine buildEngine(const std::string& model, const BuildOptions& o) {
     Graph graph = importOnnxModel(model);
+    std::map<std::string, Dims> run_shapes;  // symbolic-shape inputs of the run this build serves
+    if (o.run_inputs) {
+        try {
+            for (const auto& [name, t] : loadInputs(graph, *o.run_inputs))
+                if (const ValueInfo* vi = graph.findValueInfo(name); vi && !vi->shape.fullyKnown()) run_shapes[name] = t.dims();
+        } catch (const Error&) {
+            // inputs that cannot be made yet (a random one without --shapes) are reported when the engine runs
+        }
+    }
     Builder builder(std::move(graph), modelFileHash(model), o.target);
     builder.setBuildRoute(routeFromOptions(o));
     ShapeProfile profile;
@@ -65,6 +75,8 @@ Engine buildEngine(const std::string& model, const BuildOptions& o) {
         check(profile.count(name), "--optShapes " + name + " needs a matching --maxShapes");
         profile[name].opt = dims;
     }
+    for (const auto& [name, dims] : run_shapes)
+        if (!profile.count(name)) profile[name] = ShapeRange{dims, dims, dims};
     builder.setShapeProfile(profile);
     TimingCache cache(o.timing_cache);
     builder.setTimingCache(&cache);

@@ -16,6 +16,10 @@ struct BuildOptions {
     bool fp16 = false, bf16 = false;  // shorthand for precision.*=f16 / bf16
     std::vector<std::string> min_shapes, opt_shapes, max_shapes;  // NAME:DIMS
     std::string timing_cache;  // tactic timings kept across builds
+    // Set by run/bench: the inputs the engine will run on. An input with symbolic dims that no
+    // --*Shapes names gets a profile of exactly its shape (trtexec's --shapes), so that tactic
+    // timing at build sees real shapes.
+    const struct InputOptions* run_inputs = nullptr;
 };
 
 // Registers the build options on a CLI command.

@@ -8,6 +8,7 @@
 #include "engine/tactic_selection.h"
 #include "onnx_import/importer.h"
 #include "onnx_import/tensor_proto.h"
+#include "runtime/accuracy.h"
 #include "runtime/context.h"
 #include "runtime/memory_plan.h"
 #include "test_helpers.h"
@@ -152,6 +153,36 @@ TEST(ExecutionContext, ShapeProfileBoundsInputs) {
     EXPECT_EQ(ctx.run({{"x", randomTensor({2, 64}, rng)}})[0].dims(), (Dims{2, 10}));
     EXPECT_THROW(ctx.run({{"x", randomTensor({9, 64}, rng)}}), Error);
     EXPECT_THROW(b.setShapeProfile({{"nope", ShapeRange{{1}, {1}, {1}}}}), Error);
+}
+
+// small_cnn's batch is symbolic: without a profile its convs cannot be timed (no cache
+// entries); with one, they are timed on the values the model computes at the opt shape.
+TEST(TimingCache, SymbolicShapesAreTimedAtTheProfileShapes) {
+    TempDir dir;
+    auto timedEntries = [&](bool with_profile) {
+        const std::string path = (dir / (with_profile ? "profile.json" : "none.json")).string();
+        TimingCache cache(path);
+        Builder b(importOnnxModel(kModels + "/small_cnn/model.onnx"), "");
+        if (with_profile) b.setShapeProfile({{"x", ShapeRange{{1, 3, 32, 32}, {2, 3, 32, 32}, {4, 3, 32, 32}}}});
+        b.setTimingCache(&cache);
+        Engine e = b.build();
+        cache.save();
+        const std::string text = std::filesystem::exists(path) ? readFile(path) : "";
+        size_t n = 0;
+        for (size_t at = text.find("FusedConv"); at != std::string::npos; at = text.find("FusedConv", at + 1)) ++n;
+        // Whatever was picked computes the model's numbers.
+        std::mt19937 rng(4);
+        const Tensor x = randomTensor({2, 3, 32, 32}, rng);
+        ExecutionContext ctx(e);
+        Builder ref(importOnnxModel(kModels + "/small_cnn/model.onnx"), "");
+        ref.setBuildRoute(BuildRoute::parse("tactic.cpu.conv=reference", Builder::space()));
+        Engine re = ref.build();
+        ExecutionContext rctx(re);
+        EXPECT_LT(compareOutputs(ctx.run({{"x", x}})[0], rctx.run({{"x", x}})[0], "logits").rel_l2, 1e-5);
+        return n;
+    };
+    EXPECT_EQ(timedEntries(false), 0u);
+    EXPECT_EQ(timedEntries(true), 2u);  // both convs
 }
 
 TEST(TimingCache, SecondBuildReusesTheTimedTactics) {
