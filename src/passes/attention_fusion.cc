@@ -1,6 +1,7 @@
 // Fuses scaled dot-product attention
 //   P = Softmax(MatMul(Q, Kt) * scale [+ mask], axis=-1); Y = MatMul(P, V)
-// (scale may also be a Div) into Attention(Q, Kt, V [, mask]) {scale} in the kiln domain.
+// (scale may also be a Div) into Attention(Q, Kt, V [, mask]) {scale} in the kiln domain;
+// on the CPU target, the transposes around it fold into its "bshd" layout.
 #include "passes/graph_rewrite.h"
 #include "passes/pass.h"
 
@@ -65,12 +66,47 @@ void fuseAttention(Graph& g, const RouteValues& route) {
     replaceNodes(g, erase, added);
 }
 
+// On the CPU, Attention reads q, k, v and writes its output in [B, S, H, D] order (layout
+// "bshd") when the graph only transposes them from and back to that order: the CPU kernels'
+// GEMMs take the strides and the four Transposes go. (The CUDA kernels read only the
+// canonical layout.)
+void foldAttentionTransposes(Graph& g, const RouteValues& route) {
+    const auto target = route.find(kTargetKey);
+    if (target != route.end() && target->second != "cpu") return;
+    GraphIndex index(g);
+    std::vector<bool> erase(g.nodes.size(), false);
+    auto transposeOf = [&](const std::string& value, const std::vector<int64_t>& perm) {
+        const int p = index.producer(value);
+        if (p < 0 || !index.singleUse(value)) return -1;
+        const Node& t = g.nodes[p];
+        return t.op_type == "Transpose" && t.domain.empty() && t.attrs.getInts("perm") == perm ? p : -1;
+    };
+    for (auto& n : g.nodes) {
+        if (n.op_type != "Attention" || n.domain != "kiln" || n.inputs.size() < 3 || !n.attrs.getString("layout", "").empty()) continue;
+        const int q = transposeOf(n.inputs[0], {0, 2, 1, 3}), k = transposeOf(n.inputs[1], {0, 2, 3, 1}), v = transposeOf(n.inputs[2], {0, 2, 1, 3});
+        const int out = index.soleConsumer(n.outputs[0]);
+        if (q < 0 || k < 0 || v < 0 || out < 0) continue;
+        const Node& back = g.nodes[out];
+        if (back.op_type != "Transpose" || !back.domain.empty() || back.attrs.getInts("perm") != std::vector<int64_t>{0, 2, 1, 3}) continue;
+        if (!claimNodes(erase, std::vector<int>{q, k, v, out})) continue;
+        n.inputs[0] = g.nodes[q].inputs[0], n.inputs[1] = g.nodes[k].inputs[0], n.inputs[2] = g.nodes[v].inputs[0];
+        n.outputs[0] = back.outputs[0];
+        n.attrs.set("layout", std::string("bshd"));
+    }
+    eraseNodes(g, erase);
+}
+
+void fuseAttentionAndFold(Graph& g, const RouteValues& route) {
+    fuseAttention(g, route);
+    if (routeOn(route, "fusion.attention")) foldAttentionTransposes(g, route);
+}
+
 }  // namespace
 
 Pass attentionFusionPass() {
     return {"attention_fusion",
             {{"fusion.attention", {"on", "off"}, "on", "attention_fusion", "Fuse MatMul/scale/mask/Softmax/MatMul into one scaled dot-product Attention node"}},
-            fuseAttention};
+            fuseAttentionAndFold};
 }
 
 }  // namespace kiln

@@ -118,6 +118,13 @@ TEST(FastBackend, NormAttentionAndChainTacticsMatchReference) {
         att.node.attrs.set("scale", 0.3f);
         expectTacticMatchesReference(att, "fast");
     }
+    for (bool masked : {false, true}) {  // the "bshd" layout: q [B, S, H, D], k [B, T, H, D], v [B, T, H, E]
+        Case att{node("Attention", "kiln"), {randomTensor({2, 5, 3, 8}, rng), randomTensor({2, 7, 3, 8}, rng), randomTensor({2, 7, 3, 4}, rng)}};
+        if (masked) att.inputs.push_back(randomTensor({2, 1, 5, 7}, rng));
+        att.node.attrs.set("scale", 0.3f);
+        att.node.attrs.set("layout", std::string("bshd"));
+        expectTacticMatchesReference(att, "fast");
+    }
     Case chain{node("ElementwiseChain", "kiln"), {randomTensor({4, 6}, rng, 0.5, 2), randomTensor({6}, rng, 0.5, 2), randomTensor({4, 6}, rng, 0.5, 2)}};
     chain.node.attrs.set("ops", std::vector<std::string>{"Mul", "Sigmoid", "Sub", "Div", "Relu"});
     chain.node.attrs.set("operand", std::vector<int64_t>{1, -1, 2, 1, -1});

@@ -136,6 +136,38 @@ TEST(Passes, AttentionAndGemmEpiloguesFuse) {
     expectSameOutputs(g, after, {2, 4, 8});
 }
 
+// q, k, v transposed from [B, S, H, D] into heads and the output back: on the CPU the
+// four Transposes fold into Attention's "bshd" layout; on CUDA they stay.
+TEST(Passes, AttentionTransposesFoldIntoTheLayoutOnTheCpu) {
+    Graph g = withInput({2, 5, 3, 4});
+    std::mt19937 rng(12);
+    g.initializers["mask"] = randomTensor({2, 1, 1, 5}, rng, -3, 0);
+    scalar(g, "scale", 0.5f);
+    auto transpose = [](const std::string& name, const std::string& in, const std::string& out, std::vector<int64_t> perm) {
+        Attributes a;
+        a.set("perm", perm);
+        return Node{name, "Transpose", "", {in}, {out}, a};
+    };
+    g.nodes = {transpose("tq", "x", "q", {0, 2, 1, 3}), transpose("tk", "x", "kt", {0, 2, 3, 1}), transpose("tv", "x", "v", {0, 2, 1, 3}),
+               Node{"qk", "MatMul", "", {"q", "kt"}, {"s0"}, {}}, Node{"sc", "Mul", "", {"s0", "scale"}, {"s1"}, {}},
+               Node{"am", "Add", "", {"s1", "mask"}, {"s2"}, {}}, Node{"sm", "Softmax", "", {"s2"}, {"p"}, {}},
+               Node{"pv", "MatMul", "", {"p", "v"}, {"o"}, {}}, transpose("to", "o", "y", {0, 2, 1, 3})};
+    g.outputs = {{"y", DType::F32, {}}};
+    Graph cpu = g;
+    attentionFusionPass().run(cpu, defaults());
+    ASSERT_EQ(opTypes(cpu), std::vector<std::string>{"Attention"});
+    EXPECT_EQ(cpu.nodes[0].attrs.getString("layout", ""), "bshd");
+    expectSameOutputs(g, cpu, {2, 5, 3, 4});
+    Graph gpu = g;
+    RouteValues cuda = defaults();
+    cuda[kTargetKey] = "cuda";
+    attentionFusionPass().run(gpu, cuda);
+    topologicalSort(gpu);
+    const auto gpu_ops = opTypes(gpu);
+    EXPECT_EQ(std::count(gpu_ops.begin(), gpu_ops.end(), std::string("Transpose")), 4);
+    expectSameOutputs(g, gpu, {2, 5, 3, 4});
+}
+
 TEST(Passes, ElementwiseChainAndDeadCode) {
     Graph g = withInput({4, 3});
     scalar(g, "two", 2.0f);

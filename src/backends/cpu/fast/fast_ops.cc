@@ -74,41 +74,64 @@ std::vector<Tensor> fastLayerNorm(const KernelContext& ctx) {
     return {y};
 }
 
-// Attention(Q [.., S, D], Kt [.., D, T], V [.., T, E], mask) with per-batch sgemm.
+// Attention(Q [.., S, D], Kt [.., D, T], V [.., T, E], mask), or with layout "bshd" Q [B, S, H, D],
+// K [B, T, H, D], V [B, T, H, E] -> [B, S, H, E] (the transposes around it folded into the GEMMs'
+// strides). One task per (batch, head): its scores stay in the thread's cache between the
+// two single-threaded sgemms and the softmax.
 std::vector<Tensor> fastAttention(const KernelContext& ctx) {
     const Tensor& q = ctx.input(0);
     const Tensor& kt = ctx.input(1);
     const Tensor& v = ctx.input(2);
     const Tensor* mask = ctx.optionalInput(3);
+    const bool bshd = ctx.attrs().getString("layout", "") == "bshd";
     if (q.dtype() != DType::F32 || kt.dtype() != DType::F32 || v.dtype() != DType::F32 || q.rank() < 2 || q.rank() != kt.rank() || q.rank() != v.rank())
         return fallback(ctx);
-    if (mask && mask->dtype() != DType::F32) return fallback(ctx);
-    const Dims batch(q.dims().begin(), q.dims().end() - 2);
-    if (Dims(kt.dims().begin(), kt.dims().end() - 2) != batch || Dims(v.dims().begin(), v.dims().end() - 2) != batch) return fallback(ctx);
-    const int64_t S = q.dims()[q.rank() - 2], D = q.dims().back(), T = kt.dims().back(), E = v.dims().back();
-    if (kt.dims()[kt.rank() - 2] != D || v.dims()[v.rank() - 2] != T) return fallback(ctx);
-    const int64_t nb = numElements(batch);
-    const float scale = ctx.attrs().getFloat("scale", 1.0f);
-    Dims score_dims = batch;
-    score_dims.insert(score_dims.end(), {S, T});
-    std::vector<int64_t> mask_off;
-    if (mask) mask_off = broadcastOffsets(score_dims, mask->dims());
-    Dims out_dims = batch;
-    out_dims.insert(out_dims.end(), {S, E});
-    Tensor out = ctx.output(0, DType::F32, out_dims);
-    std::vector<float> scores(static_cast<size_t>(nb * S * T));
-    const float *pq = q.data<float>(), *pk = kt.data<float>(), *pv = v.data<float>();
-    for (int64_t b = 0; b < nb; ++b)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(S), static_cast<int>(T), static_cast<int>(D), scale, pq + b * S * D,
-                    static_cast<int>(D), pk + b * D * T, static_cast<int>(T), 0.0f, scores.data() + b * S * T, static_cast<int>(T));
-    if (mask) {
-        const float* pm = mask->data<float>();
-        for (size_t i = 0; i < scores.size(); ++i) scores[i] += pm[mask_off[i]];
+    if ((mask && mask->dtype() != DType::F32) || (bshd && q.rank() != 4)) return fallback(ctx);
+    // Per (batch b, head h): element (row, col) of each operand at base + row * ld + col.
+    int64_t B, H, S, D, T, E;
+    Dims out_dims;
+    if (bshd) {
+        B = q.dims()[0], S = q.dims()[1], H = q.dims()[2], D = q.dims()[3], T = kt.dims()[1], E = v.dims()[3];
+        if (kt.dims() != Dims{B, T, H, D} || v.dims() != Dims{B, T, H, E}) return fallback(ctx);
+        out_dims = {B, S, H, E};
+    } else {
+        const Dims batch(q.dims().begin(), q.dims().end() - 2);
+        if (Dims(kt.dims().begin(), kt.dims().end() - 2) != batch || Dims(v.dims().begin(), v.dims().end() - 2) != batch) return fallback(ctx);
+        B = numElements(batch), H = 1, S = q.dims()[q.rank() - 2], D = q.dims().back(), T = kt.dims().back(), E = v.dims().back();
+        if (kt.dims()[kt.rank() - 2] != D || v.dims()[v.rank() - 2] != T) return fallback(ctx);
+        out_dims = batch;
+        out_dims.insert(out_dims.end(), {S, E});
     }
-    softmaxRows(scores.data(), nb * S, T);
-    for (int64_t b = 0; b < nb; ++b)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(S), static_cast<int>(E), static_cast<int>(T), 1.0f, scores.data() + b * S * T,
-                    static_cast<int>(T), pv + b * T * E, static_cast<int>(E), 0.0f, out.data<float>() + b * S * E, static_cast<int>(E));
+    const float scale = ctx.attrs().getFloat("scale", 1.0f);
+    std::vector<int64_t> mask_off;  // offsets for the scores in canonical [B, H, S, T] order
+    if (mask) {
+        Dims score_dims = bshd ? Dims{B, H, S, T} : Dims(q.dims().begin(), q.dims().end() - 2);
+        if (!bshd) score_dims.insert(score_dims.end(), {S, T});
+        mask_off = broadcastOffsets(score_dims, mask->dims());
+    }
+    Tensor out = ctx.output(0, DType::F32, out_dims);
+    const float *pq = q.data<float>(), *pk = kt.data<float>(), *pv = v.data<float>(), *pm = mask ? mask->data<float>() : nullptr;
+    float* po = out.data<float>();
+    const int64_t ldq = bshd ? H * D : D, ldk = bshd ? H * D : T, ldv = bshd ? H * E : E, ldo = bshd ? H * E : E;
+#pragma omp parallel
+    {
+        std::vector<float> scores(static_cast<size_t>(S * T));
+#pragma omp for schedule(static)
+        for (int64_t bh = 0; bh < B * H; ++bh) {
+            const int64_t b = bh / H, h = bh % H;
+            const float* qb = pq + (bshd ? b * S * H * D + h * D : bh * S * D);
+            const float* kb = pk + (bshd ? b * T * H * D + h * D : bh * D * T);
+            const float* vb = pv + (bshd ? b * T * H * E + h * E : bh * T * E);
+            float* ob = po + (bshd ? b * S * H * E + h * E : bh * S * E);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, bshd ? CblasTrans : CblasNoTrans, static_cast<int>(S), static_cast<int>(T), static_cast<int>(D), scale, qb,
+                        static_cast<int>(ldq), kb, static_cast<int>(ldk), 0.0f, scores.data(), static_cast<int>(T));
+            if (pm)
+                for (int64_t i = 0; i < S * T; ++i) scores[i] += pm[mask_off[bh * S * T + i]];
+            softmaxRows(scores.data(), S, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(S), static_cast<int>(E), static_cast<int>(T), 1.0f, scores.data(),
+                        static_cast<int>(T), vb, static_cast<int>(ldv), 0.0f, ob, static_cast<int>(ldo));
+        }
+    }
     return {out};
 }
 

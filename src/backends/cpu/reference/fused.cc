@@ -44,6 +44,17 @@ std::vector<Tensor> fusedMatMul(const KernelContext& ctx) {
 }
 
 std::vector<Tensor> attention(const KernelContext& ctx) {
+    const std::string layout = ctx.attrs().getString("layout", "");
+    if (layout == "bshd") {  // the transposes the layout stands for, around the canonical form
+        for (size_t i = 0; i < 3; ++i) ctx.require(ctx.input(i).rank() == 4, "layout bshd needs rank-4 q, k and v");
+        const Tensor q = transposeTensor(ctx.input(0), {0, 2, 1, 3}), kt = transposeTensor(ctx.input(1), {0, 2, 3, 1}),
+                     v = transposeTensor(ctx.input(2), {0, 2, 1, 3});
+        Node canonical = ctx.node;
+        canonical.attrs.set("layout", std::string());
+        KernelContext c{canonical, {&q, &kt, &v, ctx.optionalInput(3)}, ctx.opset, nullptr};
+        return {transposeTensor(attention(c)[0], {0, 2, 1, 3})};
+    }
+    ctx.require(layout.empty(), "unknown attention layout '" + layout + "'");
     KernelContext qk{ctx.node, {ctx.inputs.at(0), ctx.inputs.at(1)}, ctx.opset, nullptr};
     Tensor s = matmulKernel(qk)[0];
     const double scale = ctx.attrs().getFloat("scale", 1.0f);
