@@ -243,8 +243,9 @@ bool supportsDirect(const Node& n, const Graph& g) {
         if (v != 1) return false;
     for (int64_t v : n.attrs.getInts("dilations", {1, 1}))
         if (v != 1) return false;
+    // 1x1 convs are already one sgemm without im2col: nothing for direct to save.
     auto w = g.initializers.find(n.inputs[1]);
-    return w != g.initializers.end() && w->second.rank() == 4;
+    return w != g.initializers.end() && w->second.rank() == 4 && w->second.dims()[2] * w->second.dims()[3] > 1;
 }
 
 // Output rows oh of channels [m0, m0 + 4) of one image: y[m][oh][ow] = sum over c, kh, kw of
