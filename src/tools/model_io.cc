@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "onnx_import/tensor_proto.h"
+#include "runtime/input_dims.h"
 #include "tools/engine_source.h"
 
 namespace kiln::tools {
@@ -78,12 +79,7 @@ TensorMap loadInputs(const Graph& g, const InputOptions& opts) {
     std::mt19937_64 rng(opts.seed);
     for (const auto& vi : declared) {
         if (inputs.count(vi.name)) continue;
-        Dims dims;
-        if (auto it = shapes.find(vi.name); it != shapes.end()) dims = it->second;
-        else {
-            check(vi.shape.fullyKnown(), "input '" + vi.name + "' has shape " + vi.shape.toString() + "; give it with --shapes " + vi.name + ":DIMS or pass a file");
-            dims = vi.shape.concrete();
-        }
+        const Dims dims = randomInputDims(vi, shapes, "--shapes", "pass a file", SymbolicDims::Error);
         check(vi.dtype != DType::Undefined, "input '" + vi.name + "' has no declared element type; pass a file");
         inputs[vi.name] = randomTensor(vi.dtype, dims, rng);
     }

@@ -9,6 +9,7 @@
 #include "onnx_import/importer.h"
 #include "onnx_import/tensor_proto.h"
 #include "route/expression.h"
+#include "runtime/input_dims.h"
 #include "tuner/tuning_cache.h"
 
 namespace kiln {
@@ -18,28 +19,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kExhaustiveLimit = 64;
-
-// The shape of a random input: --shapes when given (checked against the declared dims),
-// otherwise the declared shape with every symbolic dim set to 1.
-Dims randomInputDims(const ValueInfo& vi, const std::map<std::string, Dims>& given, std::string* defaulted) {
-    const auto it = given.find(vi.name);
-    if (it != given.end()) {
-        const Dims& d = it->second;
-        check(vi.shape.dims.size() == d.size() || !vi.shape.rank_known,
-              "--shapes " + vi.name + ": rank " + std::to_string(d.size()) + " but the model declares " + vi.shape.toString());
-        for (size_t i = 0; vi.shape.rank_known && i < d.size(); ++i)
-            check(!vi.shape.dims[i].known() || vi.shape.dims[i].size == d[i],
-                  "--shapes " + vi.name + ": dim " + std::to_string(i) + " is " + std::to_string(d[i]) + " but the model fixes it to " +
-                      std::to_string(vi.shape.dims[i].size));
-        return d;
-    }
-    if (vi.shape.fullyKnown()) return vi.shape.concrete();
-    check(vi.shape.rank_known, "input '" + vi.name + "' has unknown rank; give --shapes " + vi.name + ":DIMS or --golden data");
-    Dims d;
-    for (const auto& dim : vi.shape.dims) d.push_back(dim.known() ? dim.size : 1);
-    *defaulted += (defaulted->empty() ? "" : ", ") + vi.name;
-    return d;
-}
 
 Golden loadGolden(const Graph& model, const TunerOptions& o) {
     Golden g;
@@ -60,7 +39,7 @@ Golden loadGolden(const Graph& model, const TunerOptions& o) {
     std::uniform_real_distribution<double> real(-1, 1);
     std::string defaulted;  // inputs whose symbolic dims were set to 1 (as trtexec does without --shapes)
     for (const auto& vi : declared) {
-        Tensor t(vi.dtype, randomInputDims(vi, o.input_shapes, &defaulted));
+        Tensor t(vi.dtype, randomInputDims(vi, o.input_shapes, "--shapes", "--golden data", SymbolicDims::One, &defaulted));
         dispatchDType(vi.dtype, "golden input", [&](auto tag) {
             using T = typename decltype(tag)::type;
             for (int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = std::is_integral_v<T> ? static_cast<T>(rng() % 10) : static_cast<T>(real(rng));

@@ -80,6 +80,8 @@ TEST(Cli, BadInputsGiveOneLineErrors) {
     expectOneLineError(kilnCli("run " + kModels + "/mlp/model.onnx --input x=" + (dir / "x.pb").string()), "input 'x' has shape [3,65], the model expects [batch,64]");
     expectOneLineError(kilnCli("run " + kModels + "/mlp/model.onnx --input nope=" + (dir / "x.pb").string()), "unknown input 'nope'");
     expectOneLineError(kilnCli("run " + kModels + "/mlp/model.onnx --shapes x:2xbad"), "--shapes");
+    expectOneLineError(kilnCli("run " + kModels + "/mlp/model.onnx --shapes x:3x65"), "--shapes x: dim 1 is 65 but the model fixes it to 64");
+    expectOneLineError(kilnCli("run " + kModels + "/mlp/model.onnx --shapes x:3"), "--shapes x: rank 1 but the model declares [batch,64]");
     expectOneLineError(kilnCli("run --no-such-flag " + kModels + "/mlp/model.onnx"), "no-such-flag");
     expectOneLineError(kilnCli("run " + kModels + "/mlp/model.onnx --inputs-dir " + dir.path().string()), "input_0.pb is missing");
 }
