@@ -129,25 +129,42 @@ PagedKvCache TensorParallelCpuModel::makeCache(int64_t block_size, int64_t num_b
     return PagedKvCache(config_.layers, config_.kv_heads, config_.head_dim, block_size, num_blocks);
 }
 
+// One thread per rank for the whole step (rank 0 on the caller's): the ranks go through the
+// chunks together, and a barrier's completion appends each chunk's tokens to the cache
+// before any rank starts the next chunk.
 std::vector<float> TensorParallelCpuModel::forwardBatch(PagedKvCache& cache, std::span<const SequenceChunk> chunks) const {
+    std::vector<std::vector<float>> out(chunks.size());  // rank 0's logits per chunk (every rank has the same)
+    std::vector<std::string> errors(world_);
+    std::string append_error;
+    size_t done = 0;
+    std::barrier chunk_done(world_, [&]() noexcept {
+        try {
+            cache.append(chunks[done].seq, chunks[done].tokens);
+        } catch (const std::exception& e) {
+            append_error = e.what();
+        }
+        ++done;
+    });
+    auto rank = [&](int r) {
+        try {
+            for (size_t i = 0; i < chunks.size(); ++i) {
+                auto logits = shards_[r]->forward(cache, chunks[i].seq, chunks[i].tokens);
+                if (r == 0) out[i] = std::move(logits);
+                chunk_done.arrive_and_wait();
+                if (!append_error.empty()) return;
+            }
+        } catch (const std::exception& e) {
+            errors[r] = e.what();  // checks precede the first all-reduce, so every rank fails alike
+        }
+    };
+    std::vector<std::thread> ranks;
+    for (int r = 1; r < world_; ++r) ranks.emplace_back(rank, r);
+    rank(0);
+    for (auto& t : ranks) t.join();
+    for (const auto& e : errors) check(e.empty(), e);
+    check(append_error.empty(), append_error);
     std::vector<float> logits;
-    for (const auto& c : chunks) {
-        std::vector<std::vector<float>> out(world_);
-        std::vector<std::string> errors(world_);
-        std::vector<std::thread> ranks;
-        for (int r = 0; r < world_; ++r)
-            ranks.emplace_back([&, r] {
-                try {
-                    out[r] = shards_[r]->forward(cache, c.seq, c.tokens);
-                } catch (const std::exception& e) {
-                    errors[r] = e.what();  // checks precede the first all-reduce, so every rank fails alike
-                }
-            });
-        for (auto& t : ranks) t.join();
-        for (const auto& e : errors) check(e.empty(), e);
-        cache.append(c.seq, c.tokens);
-        logits.insert(logits.end(), out[0].begin(), out[0].end());
-    }
+    for (const auto& o : out) logits.insert(logits.end(), o.begin(), o.end());
     return logits;
 }
 
