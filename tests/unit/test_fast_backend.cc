@@ -94,15 +94,17 @@ TEST(FastBackend, ConvTacticsMatchReference) {
     // The direct tactic's full 16-column blocks, a partial last block, channels not a multiple
     // of 4, asymmetric pads, and each in-register epilogue (none, Relu, Clip + residual) or not (Sigmoid).
     for (const char* act : {"none", "Relu", "Clip", "Sigmoid"})
-        for (int64_t k : {1, 3, 5, 7, 2}) {
-            Case c{node("FusedConv", "kiln"), {randomTensor({2, 5, 13, 37}, rng), randomTensor({7, 5, k, k}, rng), randomTensor({7}, rng)}};
-            c.node.attrs.set("pads", std::vector<int64_t>{k / 2, 0, k / 2, k - 1});
-            c.node.attrs.set("activation", std::string(act));
-            c.node.attrs.set("activation_params", std::vector<float>{-0.5f, 0.5f});
-            const int64_t oh = 13 + 2 * (k / 2) - k + 1, ow = 37 + (k - 1) - k + 1;
-            if (std::string(act) == "Clip") c.inputs.push_back(randomTensor({2, 7, oh, ow}, rng));
-            expectTacticMatchesReference(c, "direct");
-        }
+        for (int64_t k : {1, 3, 5, 7, 2})
+            for (int64_t stride : {1, 2}) {
+                Case c{node("FusedConv", "kiln"), {randomTensor({2, 5, 13, 37}, rng), randomTensor({7, 5, k, k}, rng), randomTensor({7}, rng)}};
+                c.node.attrs.set("pads", std::vector<int64_t>{k / 2, 0, k / 2, k - 1});
+                c.node.attrs.set("strides", std::vector<int64_t>{stride, stride});
+                c.node.attrs.set("activation", std::string(act));
+                c.node.attrs.set("activation_params", std::vector<float>{-0.5f, 0.5f});
+                const int64_t oh = (13 + 2 * (k / 2) - k) / stride + 1, ow = (37 + (k - 1) - k) / stride + 1;
+                if (std::string(act) == "Clip") c.inputs.push_back(randomTensor({2, 7, oh, ow}, rng));
+                expectTacticMatchesReference(c, "direct");
+            }
 }
 
 TEST(FastBackend, NormAttentionAndChainTacticsMatchReference) {

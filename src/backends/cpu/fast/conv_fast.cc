@@ -1,6 +1,6 @@
 // 2-D convolutions (NCHW, f32) for the fast CPU backend:
 //   gemm      — 1x1 stride-1 convs as one sgemm per group; others via im2col + sgemm;
-//   direct    — stride-1 convs computed in place from a zero-padded copy of the input,
+//   direct    — stride-1/2 convs computed in place from a zero-padded copy of the input,
 //               4 output channels x 16 columns in AVX2 registers (no im2col, no packing:
 //               wins where channels are few and sgemm's setup dominates);
 //   depthwise — one filter per channel, direct loops parallel over channels.
@@ -239,8 +239,8 @@ bool avx2Available() {
 
 bool supportsDirect(const Node& n, const Graph& g) {
     if (!avx2Available() || !conv2dNode(n) || n.attrs.getInt("group", 1) != 1 || n.inputs.size() < 2) return false;
-    for (int64_t v : n.attrs.getInts("strides", {1, 1}))
-        if (v != 1) return false;
+    const auto strides = n.attrs.getInts("strides", {1, 1});
+    if (strides.size() != 2 || strides[0] != strides[1] || strides[0] < 1 || strides[0] > 2) return false;
     for (int64_t v : n.attrs.getInts("dilations", {1, 1}))
         if (v != 1) return false;
     // 1x1 convs are already one sgemm without im2col: nothing for direct to save.
@@ -249,11 +249,12 @@ bool supportsDirect(const Node& n, const Graph& g) {
 }
 
 // Output rows oh of channels [m0, m0 + 4) of one image: y[m][oh][ow] = sum over c, kh, kw of
-// wp[c][kh][kw][m - m0] * xp[c][oh + kh][ow + kw]. xp is padded so that every 16-column
-// block reads inside it; partial blocks go through `tail`.
-// KW is a template parameter for the common kernel widths (0: any, read from kw_any), so the
-// tap loop unrolls and the 8 accumulators stay in registers.
-template <int KW_FIXED>
+// wp[c][kh][kw][m - m0] * x_padded[c][oh * S + kh][ow * S + kw]. The padded input is split
+// into S column phases, xp[c][row][kw % S][ow + kw / S], so every tap reads 16 consecutive
+// floats; it is padded so that every 16-column block reads inside it, and partial blocks go
+// through `tail`. KW and the stride are template parameters (KW 0: any, read from kw_any),
+// so the tap loop unrolls and the 8 accumulators stay in registers.
+template <int KW_FIXED, int S>
 __attribute__((target("avx2,fma"))) void directRow(const float* xp, int64_t C, int64_t Hp, int64_t Wp, const float* wp, int64_t KH, int64_t kw_any,
                                                     int64_t oh, int64_t OW, int64_t mc, float* y0, int64_t P, const DirectEpilogue& epi) {
     const int64_t KW = KW_FIXED > 0 ? KW_FIXED : kw_any;
@@ -263,11 +264,12 @@ __attribute__((target("avx2,fma"))) void directRow(const float* xp, int64_t C, i
         for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
         for (int64_t c = 0; c < C; ++c)
             for (int64_t kh = 0; kh < KH; ++kh) {
-                const float* xr = xp + (c * Hp + oh + kh) * Wp + ow;
+                const float* xr = xp + (c * Hp + oh * S + kh) * S * Wp + ow;
                 const float* wr = wp + ((c * KH + kh) * KW) * kDirectChannels;
 #pragma GCC unroll 7
                 for (int64_t kw = 0; kw < KW; ++kw) {
-                    const __m256 x0 = _mm256_loadu_ps(xr + kw), x1 = _mm256_loadu_ps(xr + kw + 8);
+                    const float* xt = xr + (kw % S) * Wp + kw / S;
+                    const __m256 x0 = _mm256_loadu_ps(xt), x1 = _mm256_loadu_ps(xt + 8);
                     for (int j = 0; j < kDirectChannels; ++j) {
                         const __m256 wv = _mm256_broadcast_ss(wr + kw * kDirectChannels + j);
                         acc[j][0] = _mm256_fmadd_ps(wv, x0, acc[j][0]);
@@ -305,15 +307,16 @@ __attribute__((target("avx2,fma"))) void directRow(const float* xp, int64_t C, i
 
 std::vector<Tensor> directConv(const KernelContext& ctx) {
     Conv2d g;
-    if (!geometry(ctx, &g) || g.group != 1 || g.sh != 1 || g.sw != 1 || g.dh != 1 || g.dw != 1) return gemmConv(ctx);
+    if (!geometry(ctx, &g) || g.group != 1 || g.sh != g.sw || g.sh < 1 || g.sh > 2 || g.dh != 1 || g.dw != 1) return gemmConv(ctx);
     const float* x = ctx.input(0).data<float>();
     const float* w = ctx.input(1).data<float>();
     Tensor y = ctx.output(0, DType::F32, {g.N, g.M, g.OH, g.OW});
     float* py = y.data<float>();
     const int64_t P = g.OH * g.OW, KK = g.KH * g.KW;
     // Padded input; columns rounded up so the last 16-column block reads zeros, not past the end.
-    const int64_t Hp = g.OH + g.KH - 1, Wp = (g.OW + kDirectCols - 1) / kDirectCols * kDirectCols + g.KW - 1 + 8;
-    std::vector<float> xp(static_cast<size_t>(g.N * g.C * Hp * Wp), 0.0f);
+    // Hp rows of S phases of Wp columns per channel.
+    const int64_t S = g.sh, Hp = (g.OH - 1) * S + g.KH, Wp = (g.OW + kDirectCols - 1) / kDirectCols * kDirectCols + g.KW / S + 8;
+    std::vector<float> xp(static_cast<size_t>(g.N * g.C * Hp * S * Wp), 0.0f);
     // Weights as [channel block][c][kh][kw][4 channels], zeros past M.
     const int64_t blocks = (g.M + kDirectChannels - 1) / kDirectChannels;
     std::vector<float> wp(static_cast<size_t>(blocks * g.C * KK * kDirectChannels), 0.0f);
@@ -325,9 +328,9 @@ std::vector<Tensor> directConv(const KernelContext& ctx) {
             const int64_t ph = h + g.pt;
             if (ph < 0 || ph >= Hp) continue;
             const float* src = x + (nc * g.H + h) * g.W;
-            float* dst = xp.data() + (nc * Hp + ph) * Wp;
+            float* dst = xp.data() + (nc * Hp + ph) * S * Wp;
             for (int64_t wcol = 0; wcol < g.W; ++wcol)
-                if (const int64_t pw = wcol + g.pl; pw >= 0 && pw < Wp - 8) dst[pw] = src[wcol];
+                if (const int64_t pw = wcol + g.pl; pw >= 0 && pw / S < Wp) dst[(pw % S) * Wp + pw / S] = src[wcol];
         }
     const Tensor* b = ctx.optionalInput(2);
     const Tensor* z = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;
@@ -335,11 +338,13 @@ std::vector<Tensor> directConv(const KernelContext& ctx) {
     using RowFn = void (*)(const float*, int64_t, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, int64_t, float*, int64_t,
                            const DirectEpilogue&);
     const bool in_registers = act.kind == ActKind::None || act.kind == ActKind::Relu || act.kind == ActKind::Clip;
-    const RowFn row = g.KW == 1 ? directRow<1> : g.KW == 3 ? directRow<3> : g.KW == 5 ? directRow<5> : g.KW == 7 ? directRow<7> : directRow<0>;
+    const RowFn row = S == 1 ? (g.KW == 3 ? directRow<3, 1> : g.KW == 5 ? directRow<5, 1> : g.KW == 7 ? directRow<7, 1> : directRow<0, 1>)
+                             : (g.KW == 3 ? directRow<3, 2> : g.KW == 5 ? directRow<5, 2> : g.KW == 7 ? directRow<7, 2> : directRow<0, 2>);
+    // Channel blocks innermost: the KH input rows of an output row stay in L1 across them.
 #pragma omp parallel for schedule(static) collapse(3)
     for (int64_t n = 0; n < g.N; ++n)
-        for (int64_t blk = 0; blk < blocks; ++blk)
-            for (int64_t oh = 0; oh < g.OH; ++oh) {
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+            for (int64_t blk = 0; blk < blocks; ++blk) {
                 const int64_t m0 = blk * kDirectChannels, mc = std::min(kDirectChannels, g.M - m0);
                 float* y0 = py + (n * g.M + m0) * P;
                 DirectEpilogue epi;
@@ -350,7 +355,7 @@ std::vector<Tensor> directConv(const KernelContext& ctx) {
                     epi.lo = act.kind == ActKind::Clip ? act.a : 0.0f;
                     epi.hi = act.kind == ActKind::Clip ? act.b : std::numeric_limits<float>::infinity();
                 }
-                row(xp.data() + n * g.C * Hp * Wp, g.C, Hp, Wp, wp.data() + blk * g.C * KK * kDirectChannels, g.KH, g.KW, oh, g.OW, mc, y0, P, epi);
+                row(xp.data() + n * g.C * Hp * S * Wp, g.C, Hp, Wp, wp.data() + blk * g.C * KK * kDirectChannels, g.KH, g.KW, oh, g.OW, mc, y0, P, epi);
                 for (int64_t j = 0; j < mc && !in_registers; ++j) {  // the epilogue while the rows are in cache
                     const int64_t off = (n * g.M + m0 + j) * P + oh * g.OW;
                     applyEpilogueSerial(py + off, 1, g.OW, b ? b->data<float>() + m0 + j : nullptr, true, z ? z->data<float>() + off : nullptr, act);
