@@ -65,14 +65,20 @@ void fuseHorizontalMatMuls(Graph& g, const RouteValues& route) {
             }
 }
 
-// Appends an activation that is the sole consumer of fused.outputs[0].
+// Appends an activation that is the sole consumer of fused.outputs[0], or of a Reshape that
+// is (exporters put one between a 2-D Gemm and its GELU): an elementwise activation commutes
+// with the reshape, which then produces the activation's output.
 void absorbActivation(Graph& g, const GraphIndex& index, Node& fused, std::vector<bool>& erase) {
     int c = index.soleConsumer(fused.outputs[0]);
+    int reshape = -1;
+    if (c >= 0 && !erase[c] && g.nodes[c].op_type == "Reshape" && g.nodes[c].domain.empty() && g.nodes[c].inputs[0] == fused.outputs[0])
+        reshape = c, c = index.soleConsumer(g.nodes[c].outputs[0]);
     std::string act;
     std::vector<float> params;
     if (c < 0 || erase[c] || !fusableActivation(g, g.nodes[c], &act, &params)) return;
     setActivation(fused, act, params);
-    fused.outputs[0] = g.nodes[c].outputs[0];
+    if (reshape >= 0) g.nodes[reshape].outputs[0] = g.nodes[c].outputs[0];
+    else fused.outputs[0] = g.nodes[c].outputs[0];
     erase[c] = true;
 }
 

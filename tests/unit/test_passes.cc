@@ -136,6 +136,29 @@ TEST(Passes, AttentionAndGemmEpiloguesFuse) {
     expectSameOutputs(g, after, {2, 4, 8});
 }
 
+// A 2-D Gemm whose output is reshaped before its GELU (GPT-2's export): the activation moves
+// into the FusedMatMul and the Reshape produces its output.
+TEST(Passes, ActivationBehindAReshapeFusesIntoTheGemm) {
+    Graph g = withInput({6, 8});
+    std::mt19937 rng(14);
+    g.initializers["w"] = randomTensor({8, 12}, rng);
+    g.initializers["b"] = randomTensor({12}, rng);
+    g.initializers["shape"] = Tensor::fromVector<int64_t>({3}, {2, 3, 12});
+    Attributes tanh;
+    tanh.set("approximate", std::string("tanh"));
+    g.opset = 20;
+    g.nodes = {Node{"gemm", "Gemm", "", {"x", "w", "b"}, {"h"}, {}}, Node{"view", "Reshape", "", {"h", "shape"}, {"h3"}, {}},
+               Node{"gelu", "Gelu", "", {"h3"}, {"y"}, tanh}};
+    g.outputs = {{"y", DType::F32, {}}};
+    Graph after = g;
+    gemmBiasActivationFusionPass().run(after, defaults());
+    topologicalSort(after);
+    ASSERT_EQ(opTypes(after), (std::vector<std::string>{"FusedMatMul", "Reshape"}));
+    EXPECT_EQ(after.nodes[0].attrs.getString("activation", ""), "GeluTanh");
+    EXPECT_EQ(after.nodes[1].outputs[0], "y");
+    expectSameOutputs(g, after, {6, 8});
+}
+
 // q, k, v transposed from [B, S, H, D] into heads and the output back: on the CPU the
 // four Transposes fold into Attention's "bshd" layout; on CUDA they stay.
 TEST(Passes, AttentionTransposesFoldIntoTheLayoutOnTheCpu) {
