@@ -82,6 +82,23 @@ void absorbActivation(Graph& g, const GraphIndex& index, Node& fused, std::vecto
     erase[c] = true;
 }
 
+// On the CPU (whose FusedMatMul takes a residual as input 3; the CUDA one does not), an Add
+// of a computed tensor that is the sole consumer of an activation-free FusedMatMul joins it,
+// and then an activation after that Add.
+void absorbResidual(Graph& g, const GraphIndex& index, Node& fused, std::vector<bool>& erase, const RouteValues& route) {
+    const auto target = route.find(kTargetKey);
+    if ((target != route.end() && target->second != "cpu") || !fused.attrs.getString("activation", "").empty()) return;
+    const int c = index.soleConsumer(fused.outputs[0]);
+    if (c < 0 || erase[c] || g.nodes[c].op_type != "Add" || !g.nodes[c].domain.empty()) return;
+    const std::string other = otherInput(g.nodes[c], fused.outputs[0]);
+    if (other.empty() || other == fused.outputs[0] || constantOf(g, other)) return;
+    fused.inputs.resize(3);  // "" when there is no bias
+    fused.inputs.push_back(other);
+    fused.outputs[0] = g.nodes[c].outputs[0];
+    erase[c] = true;
+    absorbActivation(g, index, fused, erase);
+}
+
 void fuseGemmBiasActivation(Graph& g, const RouteValues& route) {
     if (!routeOn(route, "fusion.gemm_bias_act")) return;
     GraphIndex index(g);
@@ -112,6 +129,7 @@ void fuseGemmBiasActivation(Graph& g, const RouteValues& route) {
         }
         erase[i] = true;
         absorbActivation(g, index, fused, erase);
+        absorbResidual(g, index, fused, erase, route);
         added.push_back(fused);
     }
     replaceNodes(g, erase, added);

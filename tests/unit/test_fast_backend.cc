@@ -53,6 +53,14 @@ TEST(FastBackend, GemmTacticMatchesReference) {
             expectTacticMatchesReference(c, "blas");
         }
     }
+    // A residual (input 3), with and without a bias, then an activation; one that broadcasts
+    // takes the reference path inside the tactic.
+    for (const Dims& rd : {Dims{2, 4, 5}, Dims{4, 5}})
+        for (bool with_bias : {true, false}) {
+            Case c{node("FusedMatMul", "kiln"), {randomTensor({2, 4, 6}, rng), randomTensor({6, 5}, rng), with_bias ? randomTensor({5}, rng) : Tensor{}, randomTensor(rd, rng)}};
+            c.node.attrs.set("activation", std::string("Relu"));
+            expectTacticMatchesReference(c, "blas");
+        }
     for (int64_t ta : {0, 1})
         for (int64_t tb : {0, 1})
             for (const Dims& cd : {Dims{}, Dims{5}, Dims{3, 5}, Dims{3, 1}}) {

@@ -159,6 +159,31 @@ TEST(Passes, ActivationBehindAReshapeFusesIntoTheGemm) {
     expectSameOutputs(g, after, {6, 8});
 }
 
+// MatMul + bias + a residual Add (a transformer's output projection): on the CPU the Add
+// becomes the FusedMatMul's residual input, then the Relu after it its activation; on CUDA
+// (whose FusedMatMul takes no residual) the Add stays.
+TEST(Passes, ResidualAddJoinsTheFusedMatMulOnTheCpu) {
+    Graph g = withInput({2, 3, 8});
+    std::mt19937 rng(15);
+    g.initializers["w"] = randomTensor({8, 8}, rng);
+    g.initializers["b"] = randomTensor({8}, rng);
+    g.nodes = {Node{"mm", "MatMul", "", {"x", "w"}, {"h0"}, {}}, Node{"bias", "Add", "", {"h0", "b"}, {"h1"}, {}},
+               Node{"res", "Add", "", {"x", "h1"}, {"h2"}, {}}, Node{"act", "Relu", "", {"h2"}, {"y"}, {}}};
+    g.outputs = {{"y", DType::F32, {}}};
+    Graph cpu = g;
+    gemmBiasActivationFusionPass().run(cpu, defaults());
+    ASSERT_EQ(opTypes(cpu), std::vector<std::string>{"FusedMatMul"});
+    EXPECT_EQ(cpu.nodes[0].inputs, (std::vector<std::string>{"x", "w", "b", "x"}));
+    EXPECT_EQ(cpu.nodes[0].attrs.getString("activation", ""), "Relu");
+    expectSameOutputs(g, cpu, {2, 3, 8});
+    Graph gpu = g;
+    RouteValues cuda = defaults();
+    cuda[kTargetKey] = "cuda";
+    gemmBiasActivationFusionPass().run(gpu, cuda);
+    topologicalSort(gpu);
+    EXPECT_EQ(opTypes(gpu), (std::vector<std::string>{"FusedMatMul", "Add", "Relu"}));
+}
+
 // q, k, v transposed from [B, S, H, D] into heads and the output back: on the CPU the
 // four Transposes fold into Attention's "bshd" layout; on CUDA they stay.
 TEST(Passes, AttentionTransposesFoldIntoTheLayoutOnTheCpu) {

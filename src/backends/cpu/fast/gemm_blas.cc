@@ -60,8 +60,10 @@ std::vector<Tensor> blasMatMul(const KernelContext& ctx) {
     const int64_t rows = nb * M;
     if (n.op_type == "FusedMatMul") {
         const Tensor* bias = ctx.optionalInput(2);
+        const Tensor* residual = ctx.optionalInput(3);
         if (bias && (bias->dtype() != DType::F32 || bias->numel() != N)) return fallback(ctx);
-        applyEpilogue(po, rows, N, bias ? bias->data<float>() : nullptr, false, nullptr, Activation::fromNode(n));
+        if (residual && (residual->dtype() != DType::F32 || residual->dims() != out_dims)) return fallback(ctx);  // broadcast: the reference
+        applyEpilogue(po, rows, N, bias ? bias->data<float>() : nullptr, false, residual ? residual->data<float>() : nullptr, Activation::fromNode(n));
     } else if (gemm && ctx.hasInput(2)) {
         const Tensor& c = ctx.input(2);
         const float beta = n.attrs.getFloat("beta", 1.0f);

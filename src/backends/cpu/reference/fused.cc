@@ -40,7 +40,17 @@ std::vector<Tensor> fusedMatMul(const KernelContext& ctx) {
     }
     KernelContext mm{ctx.node, {ctx.inputs.at(0), &b}, ctx.opset, nullptr};
     Tensor y = matmulKernel(mm)[0];
-    return {epilogue(ctx, y, ctx.optionalInput(2))};
+    // act(A B + bias + residual): input 3, the residual, as in FusedConv.
+    const Tensor* bias = ctx.optionalInput(2);
+    const Tensor* residual = ctx.optionalInput(3);
+    if (residual && bias) {
+        ctx.require(bias->dtype() == y.dtype(), "bias type differs from the output");
+        y = dispatchFloat(y.dtype(), ctx.node.describe(), [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            return broadcastBinary<T, T, T>(y, *bias, ctx, [](T p, T q) { return static_cast<T>(static_cast<double>(p) + static_cast<double>(q)); });
+        });
+    }
+    return {epilogue(ctx, y, residual ? residual : bias)};
 }
 
 std::vector<Tensor> attention(const KernelContext& ctx) {
