@@ -128,6 +128,14 @@ TEST(FastBackend, NormAttentionAndChainTacticsMatchReference) {
         att.node.attrs.set("scale", 0.3f);
         expectTacticMatchesReference(att, "fast");
     }
+    for (bool bshd : {false, true}) {  // 70 query rows: three tasks per head, the last one partial
+        Case att{node("Attention", "kiln"), bshd ? std::vector<Tensor>{randomTensor({1, 70, 2, 8}, rng), randomTensor({1, 9, 2, 8}, rng), randomTensor({1, 9, 2, 4}, rng)}
+                                                 : std::vector<Tensor>{randomTensor({1, 2, 70, 8}, rng), randomTensor({1, 2, 8, 9}, rng), randomTensor({1, 2, 9, 4}, rng)}};
+        att.inputs.push_back(randomTensor({1, 1, 70, 9}, rng));
+        att.node.attrs.set("scale", 0.3f);
+        if (bshd) att.node.attrs.set("layout", std::string("bshd"));
+        expectTacticMatchesReference(att, "fast");
+    }
     for (bool masked : {false, true}) {  // the "bshd" layout: q [B, S, H, D], k [B, T, H, D], v [B, T, H, E]
         Case att{node("Attention", "kiln"), {randomTensor({2, 5, 3, 8}, rng), randomTensor({2, 7, 3, 8}, rng), randomTensor({2, 7, 3, 4}, rng)}};
         if (masked) att.inputs.push_back(randomTensor({2, 1, 5, 7}, rng));

@@ -81,8 +81,8 @@ std::vector<Tensor> fastLayerNorm(const KernelContext& ctx) {
 
 // Attention(Q [.., S, D], Kt [.., D, T], V [.., T, E], mask), or with layout "bshd" Q [B, S, H, D],
 // K [B, T, H, D], V [B, T, H, E] -> [B, S, H, E] (the transposes around it folded into the GEMMs'
-// strides). One task per (batch, head): its scores stay in the thread's cache between the
-// two single-threaded sgemms and the softmax.
+// strides). One task per (batch, head, 32 query rows): its scores stay in the thread's cache
+// between the two single-threaded sgemms and the softmax.
 std::vector<Tensor> fastAttention(const KernelContext& ctx) {
     const Tensor& q = ctx.input(0);
     const Tensor& kt = ctx.input(1);
@@ -118,22 +118,27 @@ std::vector<Tensor> fastAttention(const KernelContext& ctx) {
     const float *pq = q.data<float>(), *pk = kt.data<float>(), *pv = v.data<float>(), *pm = mask ? mask->data<float>() : nullptr;
     float* po = out.data<float>();
     const int64_t ldq = bshd ? H * D : D, ldk = bshd ? H * D : T, ldv = bshd ? H * E : E, ldo = bshd ? H * E : E;
+    // Tasks: (batch, head, block of query rows), so that few heads still fill every thread.
+    const int64_t qrows = std::min<int64_t>(S, 32), qblocks = (S + qrows - 1) / qrows;
 #pragma omp parallel
     {
-        std::vector<float> scores(static_cast<size_t>(S * T));
+        std::vector<float> scores(static_cast<size_t>(qrows * T));
 #pragma omp for schedule(static)
-        for (int64_t bh = 0; bh < B * H; ++bh) {
+        for (int64_t task = 0; task < B * H * qblocks; ++task) {
+            const int64_t bh = task / qblocks, s0 = task % qblocks * qrows, rows = std::min(qrows, S - s0);
             const int64_t b = bh / H, h = bh % H;
-            const float* qb = pq + (bshd ? b * S * H * D + h * D : bh * S * D);
+            const float* qb = pq + (bshd ? b * S * H * D + h * D : bh * S * D) + s0 * ldq;
             const float* kb = pk + (bshd ? b * T * H * D + h * D : bh * D * T);
             const float* vb = pv + (bshd ? b * T * H * E + h * E : bh * T * E);
-            float* ob = po + (bshd ? b * S * H * E + h * E : bh * S * E);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, bshd ? CblasTrans : CblasNoTrans, static_cast<int>(S), static_cast<int>(T), static_cast<int>(D), scale, qb,
-                        static_cast<int>(ldq), kb, static_cast<int>(ldk), 0.0f, scores.data(), static_cast<int>(T));
-            if (pm)
-                for (int64_t i = 0; i < S * T; ++i) scores[i] += pm[mask_off[bh * S * T + i]];
-            softmaxRows(scores.data(), S, T);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(S), static_cast<int>(E), static_cast<int>(T), 1.0f, scores.data(),
+            float* ob = po + (bshd ? b * S * H * E + h * E : bh * S * E) + s0 * ldo;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, bshd ? CblasTrans : CblasNoTrans, static_cast<int>(rows), static_cast<int>(T), static_cast<int>(D), scale,
+                        qb, static_cast<int>(ldq), kb, static_cast<int>(ldk), 0.0f, scores.data(), static_cast<int>(T));
+            if (pm) {
+                const int64_t* off = mask_off.data() + (bh * S + s0) * T;
+                for (int64_t i = 0; i < rows * T; ++i) scores[i] += pm[off[i]];
+            }
+            softmaxRows(scores.data(), rows, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(E), static_cast<int>(T), 1.0f, scores.data(),
                         static_cast<int>(T), vb, static_cast<int>(ldv), 0.0f, ob, static_cast<int>(ldo));
         }
     }
