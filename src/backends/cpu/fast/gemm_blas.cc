@@ -1,6 +1,11 @@
-// MatMul, Gemm and FusedMatMul on OpenBLAS sgemm (f32), with the bias/activation epilogue
-// fused into one pass. Batched MatMul with a shared 2-D B folds the batch into M.
+// MatMul, Gemm and FusedMatMul on an sgemm (f32), with the bias/activation/residual epilogue
+// fused into one pass. Batched MatMul with a shared 2-D B folds the batch into M. Two
+// tactics: "blas" (OpenBLAS) and, when Kiln is built with oneDNN, "dnnl" (its sgemm, faster
+// on some of the small shapes transformers have); single rows use OpenBLAS's GEMV in both.
 #include <cblas.h>
+#ifdef KILN_WITH_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include "backends/cpu/fast/epilogue.h"
 #include "backends/cpu/fast/tactics.h"
@@ -17,7 +22,25 @@ bool matmulLike(const Node& n, const Graph&) {
 
 std::vector<Tensor> fallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
 
-std::vector<Tensor> blasMatMul(const KernelContext& ctx) {
+// Row-major C = alpha op(A) op(B) + beta C.
+using SgemmFn = void (*)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                         float beta, float* C, int64_t ldc);
+
+void blasSgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+               float* C, int64_t ldc) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
+                static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta, C, static_cast<int>(ldc));
+}
+
+#ifdef KILN_WITH_DNNL
+void dnnlSgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+               float* C, int64_t ldc) {
+    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) != dnnl_success)
+        blasSgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // shapes oneDNN refuses
+}
+#endif
+
+std::vector<Tensor> matmulWith(const KernelContext& ctx, SgemmFn sgemm) {
     const Node& n = ctx.node;
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
@@ -48,14 +71,11 @@ std::vector<Tensor> blasMatMul(const KernelContext& ctx) {
                     static_cast<int>(trans_b ? K : N), pa, 1, 0.0f, po, 1);
     } else if (b_batch.empty() && !trans_a && a_batch == batch) {
         // Shared B: one GEMM over all batch rows.
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(nb * M), static_cast<int>(N), static_cast<int>(K), alpha, pa,
-                    static_cast<int>(K), pb, static_cast<int>(trans_b ? K : N), 0.0f, po, static_cast<int>(N));
+        sgemm(false, trans_b, nb * M, N, K, alpha, pa, K, pb, trans_b ? K : N, 0.0f, po, N);
     } else {
         auto a_off = broadcastOffsets(batch, a_batch), b_off = broadcastOffsets(batch, b_batch);
         for (int64_t i = 0; i < nb; ++i)
-            cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
-                        static_cast<int>(K), alpha, pa + a_off[i] * M * K, static_cast<int>(trans_a ? M : K), pb + b_off[i] * K * N,
-                        static_cast<int>(trans_b ? K : N), 0.0f, po + i * M * N, static_cast<int>(N));
+            sgemm(trans_a, trans_b, M, N, K, alpha, pa + a_off[i] * M * K, trans_a ? M : K, pb + b_off[i] * K * N, trans_b ? K : N, 0.0f, po + i * M * N, N);
     }
     const int64_t rows = nb * M;
     if (n.op_type == "FusedMatMul") {
@@ -80,8 +100,18 @@ std::vector<Tensor> blasMatMul(const KernelContext& ctx) {
     return {out};
 }
 
+std::vector<Tensor> blasMatMul(const KernelContext& ctx) { return matmulWith(ctx, blasSgemm); }
+#ifdef KILN_WITH_DNNL
+std::vector<Tensor> dnnlMatMul(const KernelContext& ctx) { return matmulWith(ctx, dnnlSgemm); }
+#endif
+
 }  // namespace
 
-void addGemmTactics(std::vector<Tactic>& t) { t.push_back({"blas", "gemm", {"MatMul", "FusedMatMul", "Gemm"}, matmulLike, blasMatMul}); }
+void addGemmTactics(std::vector<Tactic>& t) {
+    t.push_back({"blas", "gemm", {"MatMul", "FusedMatMul", "Gemm"}, matmulLike, blasMatMul});
+#ifdef KILN_WITH_DNNL
+    t.push_back({"dnnl", "gemm", {"MatMul", "FusedMatMul", "Gemm"}, matmulLike, dnnlMatMul});
+#endif
+}
 
 }  // namespace kiln
