@@ -103,6 +103,8 @@ TEST(FastBackend, ConvTacticsMatchReference) {
                 c.inputs.push_back(randomTensor({2, geo.m, oh, ow}, rng));  // residual
             }
             expectTacticMatchesReference(c, "gemm");
+            for (const auto& t : fastTactics())
+                if (t.name == "gemm_dnnl") expectTacticMatchesReference(c, t.name);  // built with oneDNN
             expectTacticMatchesReference(c, "direct");  // strided/grouped ones fall back to gemm inside
             if (geo.group == geo.c && geo.m == geo.c) expectTacticMatchesReference(c, "depthwise");
         }

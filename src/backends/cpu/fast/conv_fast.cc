@@ -1,5 +1,6 @@
 // 2-D convolutions (NCHW, f32) for the fast CPU backend:
-//   gemm      — 1x1 stride-1 convs as one sgemm per group; others via im2col + sgemm;
+//   gemm      — 1x1 stride-1 convs as one sgemm per group; others via im2col + sgemm
+//               (gemm_dnnl: the same with oneDNN's sgemm, when built with it);
 //   direct    — stride-1/2 convs computed in place from a zero-padded copy of the input,
 //               4 output channels x 16 columns in AVX2 registers (no im2col, no packing:
 //               wins where channels are few and sgemm's setup dominates);
@@ -11,6 +12,7 @@
 #include <limits>
 
 #include "backends/cpu/fast/epilogue.h"
+#include "backends/cpu/fast/sgemm.h"
 #include "backends/cpu/fast/tactics.h"
 #include "backends/cpu/reference/kernel_util.h"
 
@@ -75,7 +77,7 @@ void blockEpilogue(const KernelContext& ctx, const Conv2d& g, Tensor& y, int64_t
     }
 }
 
-std::vector<Tensor> gemmConv(const KernelContext& ctx) {
+std::vector<Tensor> gemmConvWith(const KernelContext& ctx, SgemmFn sgemm) {
     Conv2d g;
     if (!geometry(ctx, &g)) return fallback(ctx);
     const float* x = ctx.input(0).data<float>();
@@ -116,13 +118,17 @@ std::vector<Tensor> gemmConv(const KernelContext& ctx) {
             float* yg = py + (n * g.M + grp * mpg) * P;
             for (int64_t c0 = 0; c0 < P; c0 += block) {
                 const int64_t nc = std::min(block, P - c0);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(mpg), static_cast<int>(nc), static_cast<int>(K), 1.0f, w + grp * mpg * K,
-                            static_cast<int>(K), src + c0, static_cast<int>(P), 0.0f, yg + c0, static_cast<int>(P));
+                sgemm(false, false, mpg, nc, K, 1.0f, w + grp * mpg * K, K, src + c0, P, 0.0f, yg + c0, P);
                 blockEpilogue(ctx, g, y, n, grp * mpg, mpg, c0, nc);
             }
         }
     return {y};
 }
+
+std::vector<Tensor> gemmConv(const KernelContext& ctx) { return gemmConvWith(ctx, blasSgemm); }
+#ifdef KILN_WITH_DNNL
+std::vector<Tensor> dnnlGemmConv(const KernelContext& ctx) { return gemmConvWith(ctx, dnnlSgemm); }
+#endif
 
 // One output row of a KxK depthwise conv with stride S (no dilation). `rows` holds the K input
 // rows (a zero row where they fall into the padding). Interior columns use a fixed-size tap
@@ -371,6 +377,9 @@ void addConvTactics(std::vector<Tactic>& t) {
     t.push_back({"depthwise", "conv", {"Conv", "FusedConv"}, supportsDepthwise, depthwiseConv});
     t.push_back({"gemm", "conv", {"Conv", "FusedConv"}, supportsGemmConv, gemmConv});
     t.push_back({"direct", "conv", {"Conv", "FusedConv"}, supportsDirect, directConv});
+#ifdef KILN_WITH_DNNL
+    t.push_back({"gemm_dnnl", "conv", {"Conv", "FusedConv"}, supportsGemmConv, dnnlGemmConv});
+#endif
 }
 
 }  // namespace kiln

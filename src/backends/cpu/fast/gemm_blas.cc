@@ -8,23 +8,11 @@
 #endif
 
 #include "backends/cpu/fast/epilogue.h"
+#include "backends/cpu/fast/sgemm.h"
 #include "backends/cpu/fast/tactics.h"
 #include "backends/cpu/reference/kernel_util.h"
 
 namespace kiln {
-
-namespace {
-
-bool matmulLike(const Node& n, const Graph&) {
-    if (n.op_type == "Gemm") return true;
-    return n.op_type == "MatMul" || n.op_type == "FusedMatMul";
-}
-
-std::vector<Tensor> fallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
-
-// Row-major C = alpha op(A) op(B) + beta C.
-using SgemmFn = void (*)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
-                         float beta, float* C, int64_t ldc);
 
 void blasSgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                float* C, int64_t ldc) {
@@ -39,6 +27,15 @@ void dnnlSgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
         blasSgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);  // shapes oneDNN refuses
 }
 #endif
+
+namespace {
+
+bool matmulLike(const Node& n, const Graph&) {
+    if (n.op_type == "Gemm") return true;
+    return n.op_type == "MatMul" || n.op_type == "FusedMatMul";
+}
+
+std::vector<Tensor> fallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
 
 std::vector<Tensor> matmulWith(const KernelContext& ctx, SgemmFn sgemm) {
     const Node& n = ctx.node;

@@ -1,0 +1,19 @@
+// The row-major sgemm behind the fast GEMM and convolution tactics: OpenBLAS always, and
+// oneDNN's when Kiln is built with it (KILN_WITH_DNNL).
+#pragma once
+#include <cstdint>
+
+namespace kiln {
+
+// C = alpha op(A) op(B) + beta C, row-major.
+using SgemmFn = void (*)(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb,
+                         float beta, float* C, int64_t ldc);
+
+void blasSgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+               float* C, int64_t ldc);
+#ifdef KILN_WITH_DNNL
+void dnnlSgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+               float* C, int64_t ldc);
+#endif
+
+}  // namespace kiln
