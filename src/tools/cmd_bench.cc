@@ -39,10 +39,8 @@ void execute(BenchOptions& o) {
     check(o.iterations > 0 && o.duration >= 0 && o.warmup_ms >= 0, "--iterations must be positive, --duration and --warmup-ms non-negative");
     using Clock = std::chrono::steady_clock;
     auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
-    o.build.run_inputs = &o.inputs;
-    Engine engine = loadOrBuildEngine(o.model, o.build);
-    addProfileShapes(engine, o.inputs);
-    TensorMap inputs = loadInputs(engine.graph, o.inputs);
+    TensorMap inputs;
+    Engine engine = engineWithInputs(o.model, o.build, o.inputs, &inputs);
     ExecutionContext ctx(engine);
     const auto warm_start = Clock::now();
     int warm = 0;

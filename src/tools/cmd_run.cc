@@ -24,10 +24,8 @@ struct RunOptions {
 };
 
 void execute(RunOptions& o) {
-    o.build.run_inputs = &o.inputs;
-    Engine engine = loadOrBuildEngine(o.model, o.build);
-    addProfileShapes(engine, o.inputs);
-    TensorMap inputs = loadInputs(engine.graph, o.inputs);
+    TensorMap inputs;
+    Engine engine = engineWithInputs(o.model, o.build, o.inputs, &inputs);
     ExecutionContext context(engine);
     std::vector<Tensor> outputs = context.run(inputs);
     const Graph& g = engine.graph;

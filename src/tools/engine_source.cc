@@ -4,7 +4,6 @@
 
 #include "engine/tactic_selection.h"
 #include "onnx_import/importer.h"
-#include "tools/model_io.h"
 
 namespace kiln::tools {
 
@@ -46,17 +45,10 @@ BuildRoute routeFromOptions(const BuildOptions& o) {
     return route;
 }
 
-Engine buildEngine(const std::string& model, const BuildOptions& o) {
-    Graph graph = importOnnxModel(model);
-    std::map<std::string, Dims> run_shapes;  // symbolic-shape inputs of the run this build serves
-    if (o.run_inputs) {
-        try {
-            for (const auto& [name, t] : loadInputs(graph, *o.run_inputs))
-                if (const ValueInfo* vi = graph.findValueInfo(name); vi && !vi->shape.fullyKnown()) run_shapes[name] = t.dims();
-        } catch (const Error&) {
-            // inputs that cannot be made yet (a random one without --shapes) are reported when the engine runs
-        }
-    }
+namespace {
+
+// `exact`: inputs whose profile is exactly this shape unless a --*Shapes flag names them.
+Engine buildFromGraph(Graph graph, const std::string& model, const BuildOptions& o, const std::map<std::string, Dims>& exact) {
     Builder builder(std::move(graph), modelFileHash(model), o.target);
     builder.setBuildRoute(routeFromOptions(o));
     ShapeProfile profile;
@@ -75,7 +67,7 @@ Engine buildEngine(const std::string& model, const BuildOptions& o) {
         check(profile.count(name), "--optShapes " + name + " needs a matching --maxShapes");
         profile[name].opt = dims;
     }
-    for (const auto& [name, dims] : run_shapes)
+    for (const auto& [name, dims] : exact)
         if (!profile.count(name)) profile[name] = ShapeRange{dims, dims, dims};
     builder.setShapeProfile(profile);
     TimingCache cache(o.timing_cache);
@@ -85,15 +77,35 @@ Engine buildEngine(const std::string& model, const BuildOptions& o) {
     return engine;
 }
 
-Engine loadOrBuildEngine(const std::string& model, const BuildOptions& o) {
+}  // namespace
+
+Engine buildEngine(const std::string& model, const BuildOptions& o) { return buildFromGraph(importOnnxModel(model), model, o, {}); }
+
+Engine engineWithInputs(const std::string& model, const BuildOptions& o, InputOptions& in, TensorMap* inputs) {
+    Engine engine;
+    inputs->clear();
     if (isEngineFile(model)) {
         check(o.route.empty() && !o.fp16 && !o.bf16, model + " is an engine: build options (--route, --fp16, --bf16) apply only to .onnx models");
-        Engine e = readEngine(model);
-        const std::string here = targetSignature(targetKind(e.target));
-        check(e.target == here, model + ": engine was built for target '" + e.target + "' but this machine is '" + here + "'; rebuild it here");
-        return e;
+        engine = readEngine(model);
+        const std::string here = targetSignature(targetKind(engine.target));
+        check(engine.target == here, model + ": engine was built for target '" + engine.target + "' but this machine is '" + here + "'; rebuild it here");
+    } else {
+        Graph graph = importOnnxModel(model);
+        try {
+            *inputs = loadInputs(graph, in);
+        } catch (const Error&) {
+            inputs->clear();  // made again below, with the built engine's profile shapes (or reported there)
+        }
+        std::map<std::string, Dims> exact;
+        for (const auto& [name, t] : *inputs)
+            if (const ValueInfo* vi = graph.findValueInfo(name); vi && !vi->shape.fullyKnown()) exact[name] = t.dims();
+        engine = buildFromGraph(std::move(graph), model, o, exact);
     }
-    return buildEngine(model, o);
+    if (inputs->empty()) {
+        addProfileShapes(engine, in);
+        *inputs = loadInputs(engine.graph, in);
+    }
+    return engine;
 }
 
 }  // namespace kiln::tools

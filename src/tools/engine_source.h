@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine/builder.h"
+#include "tools/model_io.h"
 
 namespace kiln::tools {
 
@@ -16,10 +17,6 @@ struct BuildOptions {
     bool fp16 = false, bf16 = false;  // shorthand for precision.*=f16 / bf16
     std::vector<std::string> min_shapes, opt_shapes, max_shapes;  // NAME:DIMS
     std::string timing_cache;  // tactic timings kept across builds
-    // Set by run/bench: the inputs the engine will run on. An input with symbolic dims that no
-    // --*Shapes names gets a profile of exactly its shape (trtexec's --shapes), so that tactic
-    // timing at build sees real shapes.
-    const struct InputOptions* run_inputs = nullptr;
 };
 
 // Registers the build options on a CLI command.
@@ -27,7 +24,11 @@ void addBuildOptions(CLI::App& cmd, BuildOptions& o);
 // The route the options describe, validated against the parameter space.
 BuildRoute routeFromOptions(const BuildOptions& o);
 Engine buildEngine(const std::string& model, const BuildOptions& o);
-Engine loadOrBuildEngine(const std::string& model, const BuildOptions& o);
+// For run/bench: the engine (an engine file loaded, or an .onnx built) and the inputs it runs
+// on, each input file read once. Building, an input with symbolic dims that no --*Shapes
+// names gets a profile of exactly its shape (trtexec's --shapes), so that tactic timing sees
+// real shapes; inputs that need the engine's profile shapes are made after the build.
+Engine engineWithInputs(const std::string& model, const BuildOptions& o, InputOptions& in, TensorMap* inputs);
 // Parses "NAME:1x3x224x224".
 std::pair<std::string, Dims> parseNamedShape(const std::string& spec, const std::string& flag);
 
