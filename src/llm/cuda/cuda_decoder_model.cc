@@ -65,7 +65,7 @@ struct LayerWeights {
 // Per-step activation buffers, sized for a token and chunk capacity.
 struct Activations {
     int64_t tokens = 0, chunks = 0;
-    DeviceBuffer x, h, qkv, q, att, proj, mlp, mlp_act, final_h, logits, meta;
+    DeviceBuffer x, h, qkv, q, att, proj, mlp, mlp_act, logits, meta;
 };
 
 class CudaDecoderModel : public LanguageModel {
@@ -306,7 +306,6 @@ private:
             act_.proj = DeviceBuffer(t * H * 2);
             act_.mlp = DeviceBuffer(t * 2 * I * 2);
             act_.mlp_act = DeviceBuffer(t * I * 2);
-            act_.final_h = DeviceBuffer(s * H * 2);
             act_.logits = DeviceBuffer(s * c.vocab * 4);
             max_blocks_ = std::max(max_blocks_, max_blocks);
             act_.meta = DeviceBuffer((4 * t + s + s * max_blocks_) * 4);

@@ -45,7 +45,6 @@ __global__ void embedKernel(int H, StepMeta m, const __half* wte, const __half* 
 }
 
 // out = LayerNorm/RMSNorm(xr) * w (+ b) over one row, by the whole block (kNormThreads).
-// out = LayerNorm/RMSNorm(xr) * w (+ b) over one row, by the whole block (kNormThreads).
 // The row is read once into registers (rows up to kNormCached * kNormThreads long).
 constexpr int kNormCached = 16;
 __device__ void normRow(int H, const float* xr, const float* w, const float* b, float eps, bool rms, float* shared, __half* out) {
