@@ -239,6 +239,28 @@ TEST(FastBackend, NanHandlingMatchesReference) {
         }
         EXPECT_EQ(nans, 2);  // both windows that hold a NaN
     }
+    // The direct conv's in-register Relu/Clip: NaN as the reference activations treat it.
+    for (const char* act : {"Relu", "Clip"}) {
+        Tensor x = randomTensor({1, 2, 6, 20}, rng), w = randomTensor({4, 2, 3, 3}, rng);
+        x.data<float>()[27] = NAN;
+        Node n = node("FusedConv", "kiln");
+        n.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+        n.attrs.set("activation", std::string(act));
+        n.attrs.set("activation_params", std::vector<float>{0.f, 6.f});
+        const Tactic* direct = nullptr;
+        for (const auto& t : fastTactics())
+            if (t.name == "direct") direct = &t;
+        if (!direct) continue;  // no AVX2 here
+        KernelContext ctx{n, {&x, &w}, 17, nullptr};
+        const Tensor want = referenceKernels().find("FusedConv")(ctx)[0], got = direct->kernel(ctx)[0];
+        int nans = 0;
+        for (int64_t i = 0; i < got.numel(); ++i) {
+            const float g = got.data<float>()[i], r = want.data<float>()[i];
+            nans += std::isnan(r);
+            EXPECT_TRUE((std::isnan(g) && std::isnan(r)) || std::abs(g - r) < 1e-5f) << act << " " << i << ": " << g << " vs " << r;
+        }
+        EXPECT_EQ(nans > 0, std::string(act) == "Clip") << act;
+    }
     const Activation clip{ActKind::Clip, 0.f, 6.f};
     EXPECT_TRUE(std::isnan(activate(clip, NAN)));
     EXPECT_EQ(activate(clip, -1.f), 0.f);

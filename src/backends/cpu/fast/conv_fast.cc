@@ -239,6 +239,7 @@ struct DirectEpilogue {
     const float* bias = nullptr;
     const float* residual = nullptr;
     bool clamp = false;  // Relu or Clip: clamp to [lo, hi]
+    bool keep_nan = false;  // Clip keeps NaN, Relu maps it to 0 (as the reference activations do)
     float lo = 0.0f, hi = 0.0f;
 };
 
@@ -300,7 +301,8 @@ __attribute__((target("avx2,fma"))) void directRow(const float* xp, int64_t C, i
                     std::copy(r, r + std::min<int64_t>(8, OW - ow - 8 * h), part);
                     acc[j][h] = _mm256_add_ps(acc[j][h], _mm256_load_ps(part));
                 }
-                if (epi.clamp) acc[j][h] = _mm256_min_ps(_mm256_max_ps(acc[j][h], lo), hi);
+                // max/min_ps return their second operand when either is NaN.
+                if (epi.clamp) acc[j][h] = epi.keep_nan ? _mm256_min_ps(hi, _mm256_max_ps(lo, acc[j][h])) : _mm256_min_ps(_mm256_max_ps(acc[j][h], lo), hi);
             }
         }
         for (int64_t j = 0; j < mc; ++j) {
@@ -362,6 +364,7 @@ std::vector<Tensor> directConv(const KernelContext& ctx) {
                     epi.bias = b ? b->data<float>() + m0 : nullptr;
                     epi.residual = z ? z->data<float>() + (n * g.M + m0) * P : nullptr;
                     epi.clamp = act.kind != ActKind::None;
+                    epi.keep_nan = act.kind == ActKind::Clip;
                     epi.lo = act.kind == ActKind::Clip ? act.a : 0.0f;
                     epi.hi = act.kind == ActKind::Clip ? act.b : std::numeric_limits<float>::infinity();
                 }
