@@ -71,8 +71,7 @@ void fuseAttention(Graph& g, const RouteValues& route) {
 // GEMMs take the strides and the four Transposes go. (The CUDA kernels read only the
 // canonical layout.)
 void foldAttentionTransposes(Graph& g, const RouteValues& route) {
-    const auto target = route.find(kTargetKey);
-    if (target != route.end() && target->second != "cpu") return;
+    if (passTarget(route) != "cpu") return;
     GraphIndex index(g);
     std::vector<bool> erase(g.nodes.size(), false);
     auto transposeOf = [&](const std::string& value, const std::vector<int64_t>& perm) {

@@ -1,7 +1,6 @@
 // Convolution data layout: with layout.conv=nhwc (or auto on a GPU target), 2-D Conv/FusedConv
-// nodes run on
-// channels-last data: the activation is transposed to NHWC before and back to NCHW after
-// the conv (the node gets data_layout="NHWC"); adjacent transposes cancel afterwards.
+// nodes run on channels-last data: the activation is transposed to NHWC before and back to
+// NCHW after the conv (the node gets data_layout="NHWC"); adjacent transposes cancel afterwards.
 #include "passes/graph_rewrite.h"
 #include "passes/pass.h"
 
@@ -11,9 +10,7 @@ namespace {
 
 void assignConvLayout(Graph& g, const RouteValues& route) {
     const std::string& layout = routeValue(route, "layout.conv");
-    const auto target = route.find(kTargetKey);
-    const bool gpu = target != route.end() && target->second == "cuda";
-    if (layout != "nhwc" && !(layout == "auto" && gpu)) return;
+    if (layout != "nhwc" && !(layout == "auto" && passTarget(route) == "cuda")) return;
     std::vector<Node> added;
     for (auto& n : g.nodes) {
         if (n.op_type != "Conv" && n.op_type != "FusedConv") continue;

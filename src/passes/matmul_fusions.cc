@@ -86,8 +86,7 @@ void absorbActivation(Graph& g, const GraphIndex& index, Node& fused, std::vecto
 // of a computed tensor that is the sole consumer of an activation-free FusedMatMul joins it,
 // and then an activation after that Add.
 void absorbResidual(Graph& g, const GraphIndex& index, Node& fused, std::vector<bool>& erase, const RouteValues& route) {
-    const auto target = route.find(kTargetKey);
-    if ((target != route.end() && target->second != "cpu") || !fused.attrs.getString("activation", "").empty()) return;
+    if (passTarget(route) != "cpu" || !fused.attrs.getString("activation", "").empty()) return;
     const int c = index.soleConsumer(fused.outputs[0]);
     if (c < 0 || erase[c] || g.nodes[c].op_type != "Add" || !g.nodes[c].domain.empty()) return;
     const std::string other = otherInput(g.nodes[c], fused.outputs[0]);

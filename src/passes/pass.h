@@ -11,6 +11,11 @@ namespace kiln {
 
 // The route values passes see also name the build's target under this key ("cpu", "cuda").
 inline constexpr const char* kTargetKey = "build.target";
+// The target the passes build for; "cpu" when the route names none (passes run on their own).
+inline std::string passTarget(const RouteValues& route) {
+    const auto it = route.find(kTargetKey);
+    return it == route.end() ? "cpu" : it->second;
+}
 
 struct Pass {
     std::string name;
