@@ -56,6 +56,12 @@ std::vector<Tensor> matmulWith(const KernelContext& ctx, SgemmFn sgemm) {
     const Dims batch = broadcastDims(a_batch, b_batch, n.describe());
     Dims out_dims = batch;
     out_dims.insert(out_dims.end(), {M, N});
+    // FusedMatMul's epilogue operands, checked before the GEMM runs: other shapes (a broadcast
+    // residual) take the reference path.
+    const Tensor* bias = n.op_type == "FusedMatMul" ? ctx.optionalInput(2) : nullptr;
+    const Tensor* residual = n.op_type == "FusedMatMul" ? ctx.optionalInput(3) : nullptr;
+    if (bias && (bias->dtype() != DType::F32 || bias->numel() != N)) return fallback(ctx);
+    if (residual && (residual->dtype() != DType::F32 || residual->dims() != out_dims)) return fallback(ctx);
     Tensor out = ctx.output(0, DType::F32, out_dims);
     const float* pa = a.data<float>();
     const float* pb = b.data<float>();
@@ -76,10 +82,6 @@ std::vector<Tensor> matmulWith(const KernelContext& ctx, SgemmFn sgemm) {
     }
     const int64_t rows = nb * M;
     if (n.op_type == "FusedMatMul") {
-        const Tensor* bias = ctx.optionalInput(2);
-        const Tensor* residual = ctx.optionalInput(3);
-        if (bias && (bias->dtype() != DType::F32 || bias->numel() != N)) return fallback(ctx);
-        if (residual && (residual->dtype() != DType::F32 || residual->dims() != out_dims)) return fallback(ctx);  // broadcast: the reference
         applyEpilogue(po, rows, N, bias ? bias->data<float>() : nullptr, false, residual ? residual->data<float>() : nullptr, Activation::fromNode(n));
     } else if (gemm && ctx.hasInput(2)) {
         const Tensor& c = ctx.input(2);
