@@ -1,11 +1,16 @@
 // Small random-weight decoder models (GPT-2 and Llama families) shared by the LLM tests.
 #pragma once
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "ir/tensor.h"
 #include "llm/decoder_config.h"
+#include "llm/scheduler.h"
 
 namespace kiln::llm::testing {
 
@@ -70,6 +75,30 @@ inline Weights randomWeights(const DecoderConfig& c, uint32_t seed, float scale 
         }
     }
     return w;
+}
+
+// ||got - want|| / ||want|| over two logit vectors.
+inline double relativeL2(std::span<const float> got, std::span<const float> want) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) num += (got[i] - want[i]) * (got[i] - want[i]), den += double(want[i]) * want[i];
+    return std::sqrt(num / std::max(den, 1e-30));
+}
+
+// Greedy outputs of `prompts` (max_tokens each) submitted together to one scheduler.
+inline std::vector<std::vector<int64_t>> greedyThroughScheduler(const LanguageModel& m, const SchedulerOptions& o, const std::vector<std::vector<int64_t>>& prompts,
+                                                                int64_t max_tokens) {
+    Scheduler s(m, o);
+    std::vector<int64_t> ids;
+    for (const auto& p : prompts) {
+        Request q;
+        q.prompt = p;
+        q.max_tokens = max_tokens;
+        ids.push_back(s.add(q));
+    }
+    s.runToCompletion();
+    std::vector<std::vector<int64_t>> out;
+    for (int64_t id : ids) out.push_back(s.state(id).output);
+    return out;
 }
 
 }  // namespace kiln::llm::testing

@@ -24,12 +24,6 @@ DecoderConfig gpuConfig(Family family) {
     return c;
 }
 
-double relL2(std::span<const float> a, std::span<const float> b) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
-    return std::sqrt(num / std::max(den, 1e-30));
-}
-
 std::vector<int64_t> tokens(int64_t n, int64_t salt, int64_t vocab) {
     std::vector<int64_t> t;
     for (int64_t i = 0; i < n; ++i) t.push_back((i * 7 + salt * 13 + 3) % vocab);
@@ -69,7 +63,7 @@ TEST_P(LlmCuda, LogitsMatchTheCpuDecoderInMixedAndDecodeSteps) {
         ASSERT_EQ(got.size(), want.size());
         for (size_t s = 0; s < seqs.size(); ++s) {
             const std::span<const float> g(got.data() + s * c.vocab, c.vocab), r(want.data() + s * c.vocab, c.vocab);
-            EXPECT_LT(relL2(g, r), 2e-2) << "step " << step << " sequence " << s;
+            EXPECT_LT(relativeL2(g, r), 2e-2) << "step " << step << " sequence " << s;
             // The GPU's top token is the CPU's, or within f16 error of it (a near tie).
             const auto top = std::max_element(g.begin(), g.end()) - g.begin();
             const float best = *std::max_element(r.begin(), r.end());
@@ -87,21 +81,9 @@ TEST_P(LlmCuda, GreedyGenerationThroughTheSchedulerMatchesTheCpu) {
     const auto gpu = makeCudaDecoderModel(c, w);
     SchedulerOptions o;
     o.max_batch_size = 4, o.max_num_tokens = 16, o.block_size = 4, o.num_blocks = 40;  // chunked prefill and preemption both happen
-    auto generate = [&](const LanguageModel& m) {
-        Scheduler sched(m, o);
-        std::vector<int64_t> ids;
-        for (int r = 0; r < 6; ++r) {
-            Request q;
-            q.prompt = tokens(5 + 3 * r, r, c.vocab);
-            q.max_tokens = 12;
-            ids.push_back(sched.add(q));
-        }
-        sched.runToCompletion();
-        std::vector<std::vector<int64_t>> out;
-        for (int64_t id : ids) out.push_back(sched.state(id).output);
-        return out;
-    };
-    const auto want = generate(cpu), got = generate(*gpu);
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t r = 0; r < 6; ++r) prompts.push_back(tokens(5 + 3 * r, r, c.vocab));
+    const auto want = greedyThroughScheduler(cpu, o, prompts, 12), got = greedyThroughScheduler(*gpu, o, prompts, 12);
     int same = 0, total = 0;
     for (size_t r = 0; r < want.size(); ++r) {
         ASSERT_EQ(got[r].size(), want[r].size());
@@ -133,8 +115,8 @@ TEST_P(LlmCuda, LongContextDecodeMatchesTheCpuOnBothGemmPaths) {
         const auto want = cpu.forwardBatch(cpu_cache, std::vector<SequenceChunk>{{a, run}});
         const auto got = fused->forwardBatch(fused_cache, std::vector<SequenceChunk>{{b, run}});
         const auto also = plain->forwardBatch(plain_cache, std::vector<SequenceChunk>{{d, run}});
-        EXPECT_LT(relL2(got, want), 2e-2) << "fused path, step " << step;
-        EXPECT_LT(relL2(also, want), 2e-2) << "cuBLAS path, step " << step;
+        EXPECT_LT(relativeL2(got, want), 2e-2) << "fused path, step " << step;
+        EXPECT_LT(relativeL2(also, want), 2e-2) << "cuBLAS path, step " << step;
         run = {(step * 17 + 5) % c.vocab};
     }
     EXPECT_EQ(fused_cache.length(b), 530 + 7);
