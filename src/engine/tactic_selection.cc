@@ -39,35 +39,45 @@ void TimingCache::save() const {
 
 namespace {
 
-// Inputs for timing a node: constants as they are, other values random with their static
-// shape. False when some shape or type is unknown.
-bool timingInputs(const Graph& g, const Node& n, std::vector<Tensor>& store, std::string* signature) {
+// Whether every non-constant input of `n` has a known f32 type and static shape.
+bool staticShapes(const Graph& g, const Node& n) {
+    for (const auto& in : n.inputs) {
+        if (in.empty() || g.initializers.count(in)) continue;
+        const ValueInfo* vi = g.findValueInfo(in);
+        if (!vi || vi->dtype != DType::F32 || !vi->shape.fullyKnown()) return false;
+    }
+    return true;
+}
+
+// Inputs for timing a node with static shapes: constants as they are, other values random.
+std::vector<Tensor> staticTimingInputs(const Graph& g, const Node& n) {
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> d(-1, 1);
-    std::ostringstream sig;
-    sig << n.op_type;
-    for (const auto& [k, v] : n.attrs.all()) sig << "|" << k << "=" << attributeToString(v);
-    store.reserve(n.inputs.size());
+    std::vector<Tensor> store;
     for (const auto& in : n.inputs) {
         if (in.empty()) {
             store.emplace_back();
-            sig << "|_";
-            continue;
-        }
-        if (auto it = g.initializers.find(in); it != g.initializers.end()) {
+        } else if (auto it = g.initializers.find(in); it != g.initializers.end()) {
             store.push_back(it->second);
-            sig << "|const:" << it->second.summary();
-            continue;
+        } else {
+            Tensor t(DType::F32, g.findValueInfo(in)->shape.concrete());
+            for (auto& v : t.span<float>()) v = d(rng);
+            store.push_back(t);
         }
-        const ValueInfo* vi = g.findValueInfo(in);
-        if (!vi || vi->dtype != DType::F32 || !vi->shape.fullyKnown()) return false;
-        Tensor t(DType::F32, vi->shape.concrete());
-        for (auto& v : t.span<float>()) v = d(rng);
-        store.push_back(t);
-        sig << "|" << t.summary();
     }
-    *signature = sig.str();
-    return true;
+    return store;
+}
+
+// The timing-cache key of a node's timing inputs (constants marked as such).
+std::string signatureOf(const Graph& g, const Node& n, const std::vector<const Tensor*>& inputs) {
+    std::ostringstream sig;
+    sig << n.op_type;
+    for (const auto& [k, v] : n.attrs.all()) sig << "|" << k << "=" << attributeToString(v);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        if (!inputs[i]) sig << "|_";
+        else sig << "|" << (g.initializers.count(n.inputs[i]) ? "const:" : "") << inputs[i]->summary();
+    }
+    return sig.str();
 }
 
 double timeKernel(KernelFn fn, const KernelContext& ctx) {
@@ -154,66 +164,58 @@ private:
     std::map<std::string, size_t> last_use_;
 };
 
-std::string signatureOf(const Node& n, const std::vector<const Tensor*>& inputs) {
-    std::ostringstream sig;
-    sig << n.op_type;
-    for (const auto& [k, v] : n.attrs.all()) sig << "|" << k << "=" << attributeToString(v);
-    for (const Tensor* t : inputs) sig << "|" << (t ? t->summary() : "_");
-    return sig.str();
-}
-
 }  // namespace
 
 std::map<std::string, std::string> selectTactics(const Graph& g, const RouteValues& route, TimingCache* cache,
                                                  const std::map<std::string, Dims>& input_shapes) {
+    // Candidates per node, and each node's route value for its op class.
+    std::vector<std::vector<const Tactic*>> candidates(g.nodes.size());
+    std::vector<std::string> wants(g.nodes.size());
+    bool symbolic = false;  // some node to time has symbolic shapes: only then run the model
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        for (const auto& t : fastTactics())
+            if (std::find(t.ops.begin(), t.ops.end(), g.nodes[i].op_type) != t.ops.end() && t.supports(g.nodes[i], g)) candidates[i].push_back(&t);
+        if (candidates[i].empty()) continue;
+        wants[i] = routeValue(route, "tactic.cpu." + candidates[i].front()->op_class);
+        symbolic |= wants[i] == "auto" && candidates[i].size() > 1 && !staticShapes(g, g.nodes[i]);
+    }
+    ValueFlow flow(g, symbolic ? input_shapes : std::map<std::string, Dims>{});
     std::map<std::string, std::string> chosen;
-    ValueFlow flow(g, input_shapes);
     for (size_t index = 0; index < g.nodes.size(); ++index) {
         const Node& n = g.nodes[index];
-        std::vector<const Tactic*> candidates;
-        for (const auto& t : fastTactics())
-            if (std::find(t.ops.begin(), t.ops.end(), n.op_type) != t.ops.end() && t.supports(n, g)) candidates.push_back(&t);
-        std::string pick = "reference";
-        if (!candidates.empty()) {
-            const std::string want = routeValue(route, "tactic.cpu." + candidates.front()->op_class);
-            if (want == "reference") {
-                pick = "reference";
-            } else if (want != "auto") {
-                pick = candidates.front()->name;  // a named tactic that does not fit this node: the first that does
-                for (const Tactic* t : candidates)
-                    if (t->name == want) pick = want;
+        const auto& cands = candidates[index];
+        const std::string& want = wants[index];
+        std::string pick = cands.empty() || want == "reference" ? "reference" : cands.front()->name;
+        if (!cands.empty() && want != "auto" && want != "reference") {
+            for (const Tactic* t : cands)  // a named tactic that does not fit this node keeps the first that does
+                if (t->name == want) pick = want;
+        } else if (want == "auto" && cands.size() > 1) {
+            std::vector<Tensor> store;
+            std::vector<const Tensor*> ptrs;
+            bool timeable = false;
+            if (staticShapes(g, n)) {
+                store = staticTimingInputs(g, n);
+                for (const auto& t : store) ptrs.push_back(t.defined() ? &t : nullptr);
+                timeable = true;
             } else {
-                pick = candidates.front()->name;
-                std::vector<Tensor> store;
-                std::vector<const Tensor*> ptrs;
-                std::string key;
-                bool timeable = false;
-                if (candidates.size() > 1 && timingInputs(g, n, store, &key)) {
-                    for (const auto& t : store) ptrs.push_back(t.defined() ? &t : nullptr);
-                    timeable = true;
-                } else if (candidates.size() > 1 && flow.active() && flow.inputs(n, ptrs)) {  // symbolic shapes: the flow's tensors
-                    key = signatureOf(n, ptrs);
-                    timeable = true;
-                }
-                if (timeable) {
-                    for (const Tactic* t : candidates) key += "|" + t->name;
-                    if (const std::string* hit = cache ? cache->find(key) : nullptr) {
-                        pick = *hit;
-                    } else {
-                        KernelContext ctx{n, ptrs, g.opset, nullptr};
-                        double best = 1e300;
-                        for (const Tactic* t : candidates) {
-                            try {
-                                const double s = timeKernel(t->kernel, ctx);
-                                if (s < best) {
-                                    best = s;
-                                    pick = t->name;
-                                }
-                            } catch (const Error&) {
-                            }
+                timeable = flow.active() && flow.inputs(n, ptrs);  // symbolic shapes: the flow's tensors
+            }
+            if (timeable) {
+                std::string key = signatureOf(g, n, ptrs);
+                for (const Tactic* t : cands) key += "|" + t->name;
+                if (const std::string* hit = cache ? cache->find(key) : nullptr) {
+                    pick = *hit;
+                } else {
+                    KernelContext ctx{n, ptrs, g.opset, nullptr};
+                    double best = 1e300;
+                    for (const Tactic* t : cands) {
+                        try {
+                            const double s = timeKernel(t->kernel, ctx);
+                            if (s < best) best = s, pick = t->name;
+                        } catch (const Error&) {
                         }
-                        if (cache) cache->put(key, pick);
                     }
+                    if (cache) cache->put(key, pick);
                 }
             }
         }
