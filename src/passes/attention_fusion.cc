@@ -1,7 +1,7 @@
 // Fuses scaled dot-product attention
 //   P = Softmax(MatMul(Q, Kt) * scale [+ mask], axis=-1); Y = MatMul(P, V)
 // (scale may also be a Div) into Attention(Q, Kt, V [, mask]) {scale} in the kiln domain;
-// on the CPU target, the transposes around it fold into its "bshd" layout.
+// the transposes around it then fold into its "bshd" layout.
 #include "passes/graph_rewrite.h"
 #include "passes/pass.h"
 
@@ -66,12 +66,10 @@ void fuseAttention(Graph& g, const RouteValues& route) {
     replaceNodes(g, erase, added);
 }
 
-// On the CPU, Attention reads q, k, v and writes its output in [B, S, H, D] order (layout
-// "bshd") when the graph only transposes them from and back to that order: the CPU kernels'
-// GEMMs take the strides and the four Transposes go. (The CUDA kernels read only the
-// canonical layout.)
-void foldAttentionTransposes(Graph& g, const RouteValues& route) {
-    if (passTarget(route) != "cpu") return;
+// Attention reads q, k, v and writes its output in [B, S, H, D] order (layout "bshd") when
+// the graph only transposes them from and back to that order: the kernels (CPU and CUDA)
+// take the strides and the four Transposes go.
+void foldAttentionTransposes(Graph& g) {
     GraphIndex index(g);
     std::vector<bool> erase(g.nodes.size(), false);
     auto transposeOf = [&](const std::string& value, const std::vector<int64_t>& perm) {
@@ -97,7 +95,7 @@ void foldAttentionTransposes(Graph& g, const RouteValues& route) {
 
 void fuseAttentionAndFold(Graph& g, const RouteValues& route) {
     fuseAttention(g, route);
-    if (routeOn(route, "fusion.attention")) foldAttentionTransposes(g, route);
+    if (routeOn(route, "fusion.attention")) foldAttentionTransposes(g);
 }
 
 }  // namespace

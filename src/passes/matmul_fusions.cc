@@ -3,6 +3,8 @@
 //    MatMul on the concatenated weights followed by a Split (e.g. Q/K/V projections);
 //  - vertical: MatMul + bias Add (+ activation), and Gemm (+ activation), become one
 //    FusedMatMul(A, B [, bias]) {trans_b, activation} in the kiln domain.
+#include <algorithm>
+
 #include "passes/graph_rewrite.h"
 #include "passes/pass.h"
 
@@ -82,18 +84,49 @@ void absorbActivation(Graph& g, const GraphIndex& index, Node& fused, std::vecto
     erase[c] = true;
 }
 
-// On the CPU (whose FusedMatMul takes a residual as input 3; the CUDA one does not), an Add
-// of a computed tensor that is the sole consumer of an activation-free FusedMatMul joins it,
-// and then an activation after that Add.
-void absorbResidual(Graph& g, const GraphIndex& index, Node& fused, std::vector<bool>& erase, const RouteValues& route) {
-    if (passTarget(route) != "cpu" || !fused.attrs.getString("activation", "").empty()) return;
-    const int c = index.soleConsumer(fused.outputs[0]);
+// The shape a Reshape gives a [.., N] GEMM output, restated for the GEMM's [.., K] input:
+// the Reshape then moves ahead of the GEMM. Only for a constant shape whose last entry is
+// N itself and no 0 entries (which mean "copy" or, with allowzero, an empty dim).
+bool reshapeForInput(const Graph& g, const Node& reshape, int64_t n, int64_t k, Tensor* out) {
+    const Tensor* shape = reshape.inputs.size() == 2 ? constantOf(g, reshape.inputs[1]) : nullptr;
+    if (!shape || shape->dtype() != DType::I64 || shape->rank() != 1 || shape->numel() < 2) return false;
+    std::vector<int64_t> dims = shape->toInt64Vector();
+    if (dims.back() != n || std::count(dims.begin(), dims.end(), 0)) return false;
+    dims.back() = k;
+    *out = Tensor::fromVector<int64_t>({static_cast<int64_t>(dims.size())}, dims);
+    return true;
+}
+
+// An Add of a computed tensor that is the sole consumer of an activation-free FusedMatMul
+// joins it as the residual (input 3), and then an activation after that Add. Exporters often
+// put a Reshape between the two (GPT-2: [B*S, N] -> [B, S, N]); with a constant 2-D weight
+// that Reshape moves to the GEMM's input, where it is a free view either way.
+void absorbResidual(Graph& g, const GraphIndex& index, Node& fused, std::vector<bool>& erase, std::vector<Node>& added) {
+    if (!fused.attrs.getString("activation", "").empty()) return;
+    int c = index.soleConsumer(fused.outputs[0]);
+    int reshape = -1;
+    if (c >= 0 && !erase[c] && g.nodes[c].op_type == "Reshape" && g.nodes[c].domain.empty() && g.nodes[c].inputs[0] == fused.outputs[0])
+        reshape = c, c = index.soleConsumer(g.nodes[c].outputs[0]);
     if (c < 0 || erase[c] || g.nodes[c].op_type != "Add" || !g.nodes[c].domain.empty()) return;
-    const std::string other = otherInput(g.nodes[c], fused.outputs[0]);
-    if (other.empty() || other == fused.outputs[0] || constantOf(g, other)) return;
+    const Node& add = g.nodes[c];
+    const std::string via = reshape >= 0 ? g.nodes[reshape].outputs[0] : fused.outputs[0];
+    const std::string other = otherInput(add, via);
+    if (other.empty() || other == via || constantOf(g, other)) return;
+    if (reshape >= 0) {
+        const Tensor* w = constantOf(g, fused.inputs[1]);
+        if (!w || w->rank() != 2) return;
+        const bool trans_b = fused.attrs.getInt("trans_b", 0) != 0;
+        Tensor shape;
+        if (!reshapeForInput(g, g.nodes[reshape], w->dims()[trans_b ? 0 : 1], w->dims()[trans_b ? 1 : 0], &shape)) return;
+        const std::string sname = freshName(g, fused.name + "_input_shape"), aname = freshName(g, fused.name + "_input");
+        g.initializers[sname] = shape;
+        added.push_back(Node{freshName(g, fused.name + "_input_reshape"), "Reshape", "", {fused.inputs[0], sname}, {aname}, {}});
+        fused.inputs[0] = aname;
+        erase[reshape] = true;
+    }
     fused.inputs.resize(3);  // "" when there is no bias
     fused.inputs.push_back(other);
-    fused.outputs[0] = g.nodes[c].outputs[0];
+    fused.outputs[0] = add.outputs[0];
     erase[c] = true;
     absorbActivation(g, index, fused, erase);
 }
@@ -128,7 +161,7 @@ void fuseGemmBiasActivation(Graph& g, const RouteValues& route) {
         }
         erase[i] = true;
         absorbActivation(g, index, fused, erase);
-        absorbResidual(g, index, fused, erase, route);
+        absorbResidual(g, index, fused, erase, added);
         added.push_back(fused);
     }
     replaceNodes(g, erase, added);

@@ -2,7 +2,9 @@
 // on machines without a GPU, such as CI; scripts/gpu-test runs them on the device machine.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <random>
 
 #include "backends/cuda/cuda_executor.h"
 #include "engine/builder.h"
@@ -10,8 +12,10 @@
 #include "onnx_import/tensor_proto.h"
 #include "runtime/accuracy.h"
 #include "runtime/context.h"
+#include "test_helpers.h"
 
 using namespace kiln;
+using kiln::testing::randomTensor;
 namespace fs = std::filesystem;
 
 namespace {
@@ -93,6 +97,49 @@ TEST(CudaBackend, AttentionTacticsAgree) {
         for (const auto& [node, tactic] : e.tactics) found |= tactic == t;
         EXPECT_TRUE(found) << "no attention node recorded tactic " << t;
         expectMatches(e, inputs, want, 1e-4, std::string("attention ") + t);
+    }
+}
+
+// One kiln Attention node on random inputs, both layouts, key counts that leave a partial
+// key tile and pass the old 2048-key limit, a causal (-inf) mask; both tactics, f32 and f16.
+TEST(CudaBackend, FusedAttentionMatchesReferenceInBothLayouts) {
+    REQUIRE_GPU();
+    struct Shapes {
+        bool bshd;
+        Dims q, k, v, mask;
+    };
+    const std::vector<Shapes> cases = {
+        {false, {2, 3, 37, 16}, {2, 3, 16, 70}, {2, 3, 70, 24}, {2, 1, 37, 70}},
+        {false, {6, 5, 32}, {6, 32, 9}, {6, 9, 32}, {}},
+        {true, {2, 37, 3, 64}, {2, 70, 3, 64}, {2, 70, 3, 64}, {1, 1, 37, 70}},
+        {true, {1, 5, 2, 128}, {1, 2100, 2, 128}, {1, 2100, 2, 96}, {1, 2, 5, 2100}},
+    };
+    std::mt19937 rng(5);
+    for (const auto& c : cases) {
+        Graph g;
+        g.opset = 17;
+        Node att{"att", "Attention", "kiln", {"q", "k", "v"}, {"y"}, {}};
+        att.attrs.set("scale", 0.125f);
+        if (c.bshd) att.attrs.set("layout", std::string("bshd"));
+        TensorMap inputs{{"q", randomTensor(c.q, rng)}, {"k", randomTensor(c.k, rng)}, {"v", randomTensor(c.v, rng)}};
+        for (const char* n : {"q", "k", "v"}) g.inputs.push_back({n, DType::F32, Shape::fromDims(inputs[n].dims())});
+        if (!c.mask.empty()) {
+            Tensor m = randomTensor(c.mask, rng, -2, 2);
+            const int64_t S = c.mask[2], T = c.mask[3];
+            for (int64_t i = 0; i < m.numel(); ++i)  // causal, aligned to the last key
+                if ((i % T) > (i / T) % S + (T - S)) m.data<float>()[i] = -INFINITY;
+            inputs["mask"] = m;
+            g.inputs.push_back({"mask", DType::F32, Shape::fromDims(c.mask)});
+            att.inputs.push_back("mask");
+        }
+        g.nodes.push_back(att);
+        g.outputs = {{"y", DType::F32, {}}};
+        auto want = GraphExecutor(g).run(inputs);
+        const std::string what = std::string(c.bshd ? "bshd " : "canonical ") + dimsToString(c.q) + " x " + dimsToString(c.k);
+        for (const char* tactic : {"fused", "gemm"}) {
+            expectMatches(buildCuda(g, std::string("precision.activations=f32;tactic.cuda.attention=") + tactic), inputs, want, 1e-5, what + " f32 " + tactic);
+            expectMatches(buildCuda(g, std::string("tactic.cuda.attention=") + tactic), inputs, want, 2e-2, what + " f16 " + tactic);
+        }
     }
 }
 

@@ -156,7 +156,8 @@ bool isBiasVector(const Dims& z, int64_t n) {
     return true;
 }
 
-// FusedMatMul(A, B, Z) = act(A B + Z) and plain MatMul.
+// FusedMatMul(A, B, Z [, R]) = act(A B + Z + R) and plain MatMul. Z is a bias vector or a
+// tensor; R, a residual, goes in as cuBLASLt's C (beta 1) when it needs no broadcast.
 std::vector<DeviceTensor> matmul(OpContext& ctx) {
     const DeviceTensor& a = ctx.input(0);
     const DeviceTensor& b = ctx.input(1);
@@ -166,11 +167,24 @@ std::vector<DeviceTensor> matmul(OpContext& ctx) {
     const GemmShape g = matmulShape(ctx, a.dims, b.dims, false, fused && ctx.attrs().getInt("trans_b", 0) != 0);
     const UnaryFn act = fused ? fusedActivation(ctx) : UnaryFn{};
     const DeviceTensor* z = fused && ctx.has(2) ? &ctx.input(2) : nullptr;
-    if (z && z->dtype != t) ctx.unsupported("residual type");
+    const DeviceTensor* r = fused && ctx.has(3) ? &ctx.input(3) : nullptr;
+    if ((z && z->dtype != t) || (r && r->dtype != t)) ctx.unsupported("residual type");
     DeviceTensor y = ctx.output(0, a.logical, g.out);
     const bool bias = z && isBiasVector(z->dims, g.n);
     const bool full = z && z->dims == g.out && g.batch == 1;
     const bool lt_act = act.op == UnaryOp::Relu || act.op == UnaryOp::GeluTanh || act.op == UnaryOp::Identity;
+    if (r) {
+        const bool r_full = r->dims == g.out && g.batch == 1;
+        if (r_full && act.op == UnaryOp::Identity && (!z || bias)) {
+            runGemm(ctx, t, g, a.data, b.data, r->data, 1.f, 1.f, y.data, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias ? z->data : nullptr);
+        } else {
+            runGemm(ctx, t, g, a.data, b.data, nullptr, 1.f, 0.f, y.data, bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, bias ? z->data : nullptr);
+            const bool z_left = z && !bias;
+            launchEpilogue(t, y.data, toShape6(g.out, ctx), z_left ? z->data : nullptr, z_left ? broadcastView(z->dims, g.out, ctx) : View6{}, act,
+                           ctx.stream(), r->data, broadcastView(r->dims, g.out, ctx));
+        }
+        return {y};
+    }
     cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
     if (lt_act && (bias || !z || full)) {
         if (act.op == UnaryOp::Relu) ep = bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;

@@ -81,30 +81,46 @@ std::vector<DeviceTensor> globalAveragePool(OpContext& ctx) {
     return {y};
 }
 
-// softmax(Q Kt * scale + mask) V as two strided-batched tensor-core GEMMs around a
-// scaled masked softmax; the scores live in scratch memory.
-void attentionByGemm(OpContext& ctx, DType t, const DeviceTensor& out, int64_t batch, int64_t S, int64_t T, int64_t D, int64_t E, float scale,
-                     const void* mask, DType mt, const View6& vm, const Shape6& score_shape) {
-    const size_t score_bytes = static_cast<size_t>(batch * S * T) * sizeof(float);
-    const size_t p_bytes = static_cast<size_t>(batch * S * T) * dtypeSize(t);
+// softmax(Q Kt * scale + mask) V as two strided-batched tensor-core GEMMs (heads batched,
+// one pair per batch entry) around a scaled masked softmax; the scores live in scratch memory.
+void attentionByGemm(OpContext& ctx, DType t, const AttentionGeometry& g, const DeviceTensor& out, float scale, const void* mask, DType mt,
+                     const View6& vm, const Shape6& score_shape) {
+    const int64_t BH = g.batch * g.heads, S = g.S, T = g.T;
+    const size_t score_bytes = static_cast<size_t>(BH * S * T) * sizeof(float);
+    const size_t p_bytes = static_cast<size_t>(BH * S * T) * dtypeSize(t);
     char* scratch = static_cast<char*>(ctx.res.scratch(1, score_bytes + p_bytes + 256));
     float* scores = reinterpret_cast<float*>(scratch);
-    void* p = scratch + ((score_bytes + 255) / 256) * 256;
+    char* p = scratch + ((score_bytes + 255) / 256) * 256;
     const float one = 1.f, zero = 0.f;
     const cublasComputeType_t compute = t == DType::F32 ? (ctx.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F) : CUBLAS_COMPUTE_32F;
     const cudaDataType_t ct = cudaTypeOf(t);
-    cublasStatus_t st = cublasGemmStridedBatchedEx(ctx.res.blas(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(T), static_cast<int>(S), static_cast<int>(D),
-                                                   &one, ctx.input(1).data, ct, static_cast<int>(T), D * T, ctx.input(0).data, ct,
-                                                   static_cast<int>(D), S * D, &zero, scores, CUDA_R_32F, static_cast<int>(T), S * T,
-                                                   static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT);
-    ctx.require(st == CUBLAS_STATUS_SUCCESS, std::string("cuBLAS attention scores: ") + cublasGetStatusString(st));
+    const size_t es = dtypeSize(t);
+    const char* q = static_cast<const char*>(ctx.input(0).data);
+    const char* k = static_cast<const char*>(ctx.input(1).data);
+    const char* v = static_cast<const char*>(ctx.input(2).data);
+    // Column-major views: K is T x D (key-contiguous Kt) or D x T transposed (bshd rows).
+    const bool k_rows = g.k_key != 1;
+    const int ldk = static_cast<int>(k_rows ? g.k_key : g.k_dim);
+    const int heads = static_cast<int>(g.heads);
+    for (int64_t b = 0; b < g.batch; ++b) {
+        const cublasStatus_t st = cublasGemmStridedBatchedEx(
+            ctx.res.blas(), k_rows ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(T), static_cast<int>(S), static_cast<int>(g.D), &one,
+            k + b * g.k_batch * es, ct, ldk, g.k_head, q + b * g.q_batch * es, ct, static_cast<int>(g.q_row), g.q_head, &zero,
+            scores + b * g.heads * S * T, CUDA_R_32F, static_cast<int>(T), S * T, heads, compute, CUBLAS_GEMM_DEFAULT);
+        ctx.require(st == CUBLAS_STATUS_SUCCESS, std::string("cuBLAS attention scores: ") + cublasGetStatusString(st));
+    }
     launchScaledMaskedSoftmax(t, scores, scale, mt, mask, vm, score_shape, p, ctx.stream());
-    st = cublasGemmStridedBatchedEx(ctx.res.blas(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(E), static_cast<int>(S), static_cast<int>(T), &one,
-                                    ctx.input(2).data, ct, static_cast<int>(E), T * E, p, ct, static_cast<int>(T), S * T, &zero, out.data, ct,
-                                    static_cast<int>(E), S * E, static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT);
-    ctx.require(st == CUBLAS_STATUS_SUCCESS, std::string("cuBLAS attention output: ") + cublasGetStatusString(st));
+    for (int64_t b = 0; b < g.batch; ++b) {
+        const cublasStatus_t st = cublasGemmStridedBatchedEx(
+            ctx.res.blas(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(g.E), static_cast<int>(S), static_cast<int>(T), &one, v + b * g.v_batch * es, ct,
+            static_cast<int>(g.v_row), g.v_head, p + b * g.heads * S * T * es, ct, static_cast<int>(T), S * T, &zero,
+            static_cast<char*>(out.data) + b * g.out_batch * es, ct, static_cast<int>(g.out_row), g.out_head, heads, compute, CUBLAS_GEMM_DEFAULT);
+        ctx.require(st == CUBLAS_STATUS_SUCCESS, std::string("cuBLAS attention output: ") + cublasGetStatusString(st));
+    }
 }
 
+// Attention(Q, Kt, V [, mask]) {scale, layout}: canonical operands, or with layout "bshd"
+// Q [B,S,H,D], K [B,T,H,D], V [B,T,H,E] -> [B,S,H,E] (the transposes around it folded).
 std::vector<DeviceTensor> attention(OpContext& ctx) {
     const DeviceTensor& q = ctx.input(0);
     const DeviceTensor& kt = ctx.input(1);
@@ -113,15 +129,31 @@ std::vector<DeviceTensor> attention(OpContext& ctx) {
     if (kt.dtype != t || v.dtype != t) ctx.unsupported("mixed element types");
     const size_t rank = q.dims.size();
     if (rank < 2 || kt.dims.size() != rank || v.dims.size() != rank) ctx.unsupported("inputs of different ranks");
-    int64_t batch = 1;
-    for (size_t d = 0; d + 2 < rank; ++d) {
-        if (kt.dims[d] != q.dims[d] || v.dims[d] != q.dims[d]) ctx.unsupported("broadcast batch dims");
-        batch *= q.dims[d];
+    const bool bshd = ctx.attrs().getString("layout", "") == "bshd";
+    AttentionGeometry g;
+    Dims score_dims, out_dims;
+    if (bshd) {
+        ctx.require(rank == 4, "layout bshd needs rank-4 q, k and v");
+        const int64_t B = q.dims[0], S = q.dims[1], H = q.dims[2], D = q.dims[3], T = kt.dims[1], E = v.dims[3];
+        ctx.require(kt.dims[0] == B && v.dims[0] == B && kt.dims[2] == H && v.dims[2] == H && kt.dims[3] == D && v.dims[1] == T,
+                    "Q, K and V shapes do not chain (layout bshd)");
+        g = attentionGeometry(true, B, H, S, T, D, E);
+        score_dims = {B, H, S, T};
+        out_dims = {B, S, H, E};
+    } else {
+        int64_t batch = 1;
+        for (size_t d = 0; d + 2 < rank; ++d) {
+            if (kt.dims[d] != q.dims[d] || v.dims[d] != q.dims[d]) ctx.unsupported("broadcast batch dims");
+            batch *= q.dims[d];
+        }
+        const int64_t S = q.dims[rank - 2], D = q.dims[rank - 1], T = kt.dims[rank - 1], E = v.dims[rank - 1];
+        ctx.require(kt.dims[rank - 2] == D && v.dims[rank - 2] == T, "Q, Kt and V shapes do not chain");
+        g = attentionGeometry(false, 1, batch, S, T, D, E);
+        score_dims.assign(q.dims.begin(), q.dims.end() - 1);
+        score_dims.push_back(T);
+        out_dims.assign(q.dims.begin(), q.dims.end() - 1);
+        out_dims.push_back(E);
     }
-    const int64_t S = q.dims[rank - 2], D = q.dims[rank - 1], T = kt.dims[rank - 1], E = v.dims[rank - 1];
-    ctx.require(kt.dims[rank - 2] == D && v.dims[rank - 2] == T, "Q, Kt and V shapes do not chain");
-    Dims score_dims(q.dims.begin(), q.dims.end() - 1);
-    score_dims.push_back(T);
     const Shape6 score_shape = toShape6(score_dims, ctx);
     const void* mask = nullptr;
     DType mt = t;
@@ -135,20 +167,18 @@ std::vector<DeviceTensor> attention(OpContext& ctx) {
         mt = m.dtype;
         vm = broadcastView(m.dims, score_dims, ctx);
     }
-    Dims out_dims(q.dims.begin(), q.dims.end() - 1);
-    out_dims.push_back(E);
     DeviceTensor out = ctx.output(0, q.logical, out_dims);
     const float scale = ctx.attrs().getFloat("scale", 1.0f);
-    const bool fused_ok = T <= kFusedAttentionMaxKeys && D <= kFusedAttentionMaxHead && E <= kFusedAttentionMaxHead && batch < 65536;
-    auto fused = [&] { launchFusedAttention(t, q.data, kt.data, v.data, mt, mask, vm, score_shape, out.data, batch, S, T, D, E, scale, ctx.stream()); };
-    auto gemm = [&] { attentionByGemm(ctx, t, out, batch, S, T, D, E, scale, mask, mt, vm, score_shape); };
+    const bool fused_ok = g.D <= kFusedAttentionMaxHead && g.E <= kFusedAttentionMaxHead && g.batch * g.heads < 65536;
+    auto fused = [&] { launchFusedAttention(t, g, q.data, kt.data, v.data, mt, mask, vm, score_shape, out.data, scale, ctx.stream()); };
+    auto gemm = [&] { attentionByGemm(ctx, t, g, out, scale, mask, mt, vm, score_shape); };
     std::string choice = ctx.tactic;
     if (choice.empty()) {
         const std::string wanted = routeValue(ctx.route, "tactic.cuda.attention");
         if (wanted != "auto") choice = wanted;
         else if (!fused_ok) choice = "gemm";
         else if (ctx.calibrate) choice = timeOnStream(ctx.stream(), fused) <= timeOnStream(ctx.stream(), gemm) ? "fused" : "gemm";
-        else choice = batch * S <= 8192 ? "fused" : "gemm";  // no timing: short sequences fuse
+        else choice = g.batch * g.heads * g.S <= 8192 && g.T <= 2048 ? "fused" : "gemm";  // no timing: short sequences fuse
     }
     if (choice == "fused" && !fused_ok) choice = "gemm";
     ctx.chosen_tactic = choice;

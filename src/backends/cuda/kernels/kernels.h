@@ -112,14 +112,28 @@ void launchSoftmax(DType t, const void* x, void* y, int64_t rows, int64_t cols, 
 void launchScaledMaskedSoftmax(DType t, const float* scores, float scale, DType mt, const void* mask, const View6& vm, const Shape6& shape,
                                void* p, cudaStream_t s);
 
-// Fused attention: out[b] = softmax(Q[b] Kt[b] * scale + mask) V[b], one warp per query
-// row, scores in shared memory (T <= kFusedAttentionMaxKeys). Q [B,S,D], Kt [B,D,T],
-// V [B,T,E], out [B,S,E]; mask as in launchScaledMaskedSoftmax over [batch dims..., S, T].
-constexpr int64_t kFusedAttentionMaxKeys = 2048;
+// Fused attention: out = softmax(Q Kt * scale + mask) V per (batch, head), keys in tiles
+// with an online softmax (any key count). The geometry gives each operand's strides:
+// canonical Q [BH,S,D], Kt [BH,D,T], V [BH,T,E], out [BH,S,E], or "bshd" Q [B,S,H,D],
+// K [B,T,H,D], V [B,T,H,E], out [B,S,H,E]. The mask (as in launchScaledMaskedSoftmax) is
+// read over the score shape [B, H, S, T] (canonical: [batch dims..., S, T]).
 constexpr int64_t kFusedAttentionMaxHead = 256;
-void launchFusedAttention(DType t, const void* q, const void* kt, const void* v, DType mt, const void* mask, const View6& vm,
-                          const Shape6& score_shape, void* out, int64_t batch, int64_t S, int64_t T, int64_t D, int64_t E, float scale,
-                          cudaStream_t s);
+struct AttentionGeometry {
+    int64_t batch = 1, heads = 1, S = 0, T = 0, D = 0, E = 0;
+    int64_t q_batch = 0, q_head = 0, q_row = 0;
+    int64_t k_batch = 0, k_head = 0, k_key = 0, k_dim = 0;  // K element (t, d) at t * k_key + d * k_dim
+    int64_t v_batch = 0, v_head = 0, v_row = 0;
+    int64_t out_batch = 0, out_head = 0, out_row = 0;
+};
+template <typename Elem>
+struct AttentionOperands : AttentionGeometry {
+    const Elem *q = nullptr, *k = nullptr, *v = nullptr;
+    Elem* out = nullptr;
+    float scale = 1.f;
+};
+AttentionGeometry attentionGeometry(bool bshd, int64_t batch, int64_t heads, int64_t S, int64_t T, int64_t D, int64_t E);
+void launchFusedAttention(DType t, const AttentionGeometry& g, const void* q, const void* k, const void* v, DType mt, const void* mask,
+                          const View6& vm, const Shape6& score_shape, void* out, float scale, cudaStream_t s);
 
 // Pooling on NCHW (or NHWC when channels_last) 2-D data.
 struct Pool2d {
