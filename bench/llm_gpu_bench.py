@@ -120,6 +120,8 @@ def bench_model(args, name, bw):
         row["b1_profile"] = reports
         print("\n".join(reports), flush=True)
     row["kiln_b1_tpot_ms"] = b1["tpot_ms"]["median"]
+    if args.pdl_ab:  # the same run without programmatic dependent launch
+        row["kiln_b1_tpot_ms_no_pdl"] = json.loads(kiln(args, *b1_args, env={"KILN_LLM_PDL": "0"}))["tpot_ms"]["median"]
     row["bandwidth_limit_ms"] = weight_bytes / (bw * 1e9) * 1000
     row["b1_vs_bandwidth_limit"] = row["kiln_b1_tpot_ms"] / row["bandwidth_limit_ms"]
     row["hf_b1_tokens_per_s"] = hf_generate_tps(m, 1, 128, 128, vocab)
@@ -145,6 +147,7 @@ def main():
     ap.add_argument("--models", default="gpt2,llama1b")
     ap.add_argument("--profile", action="store_true", help="also print the GPU decoder's batch-1 step profile")
     ap.add_argument("--skip-c64", action="store_true", help="only greedy agreement and batch-1 decode")
+    ap.add_argument("--pdl-ab", action="store_true", help="also time batch-1 decode with KILN_LLM_PDL=0")
     args = ap.parse_args()
     import transformers
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
@@ -171,6 +174,8 @@ def main():
         print(f"{r['model']:<9}{r['params'] / 1e9:>7.2f}B{r['greedy_tokens_identical_prefix']:>10}{f('kiln_b1_tpot_ms', 10, '.3f')}{f('bandwidth_limit_ms', 9, '.3f')}"
               f"{f('b1_vs_bandwidth_limit', 7, '.2f')}{f('hf_b1_tokens_per_s', 10, '.0f')}{f('kiln_c64_tokens_per_s', 13, '.0f')}{f('hf_c64_tokens_per_s', 11, '.0f')}"
               f"{f('c64_speedup_vs_hf', 6, '.2f')}")
+        if "kiln_b1_tpot_ms_no_pdl" in r:
+            print(f"{'':<9}b1 ms/token without PDL: {r['kiln_b1_tpot_ms_no_pdl']:.3f}")
 
 
 if __name__ == "__main__":

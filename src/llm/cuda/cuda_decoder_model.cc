@@ -57,6 +57,29 @@ std::vector<uint16_t> concatRows(std::initializer_list<std::vector<uint16_t>> pa
     return out;
 }
 
+// Rows of a [rows][cols] matrix in pairs: new rows 2p and 2p + 1 are old rows first(p) and
+// second(p), the interleaved order the decoder kernels read (decoder_kernels.h).
+template <class First, class Second>
+std::vector<uint16_t> interleaveRows(const std::vector<uint16_t>& m, int64_t cols, int64_t pairs, First first, Second second) {
+    std::vector<uint16_t> out(m.size());
+    for (int64_t p = 0; p < pairs; ++p) {
+        std::memcpy(out.data() + (2 * p) * cols, m.data() + first(p) * cols, cols * 2);
+        std::memcpy(out.data() + (2 * p + 1) * cols, m.data() + second(p) * cols, cols * 2);
+    }
+    return out;
+}
+
+// q|k|v rows (heads of size D) as (h*D + i, h*D + i + D/2) pairs.
+std::vector<uint16_t> interleaveHeadHalves(const std::vector<uint16_t>& m, int64_t cols, int64_t D) {
+    const int64_t half = D / 2, pairs = static_cast<int64_t>(m.size()) / cols / 2;
+    return interleaveRows(m, cols, pairs, [&](int64_t p) { return p / half * D + p % half; }, [&](int64_t p) { return p / half * D + p % half + half; });
+}
+
+// gate|up rows ([2I][cols]) as (gate j, up j) pairs.
+std::vector<uint16_t> interleaveGateUp(const std::vector<uint16_t>& m, int64_t cols, int64_t I) {
+    return interleaveRows(m, cols, I, [](int64_t j) { return j; }, [&](int64_t j) { return I + j; });
+}
+
 struct LayerWeights {
     DeviceBuffer norm1_w, norm1_b, norm2_w, norm2_b;  // f32
     DeviceBuffer qkv, qkv_b, o, o_b, up, up_b, down, down_b;  // f16, matrices [out][in]
@@ -89,6 +112,14 @@ public:
         small_gemm_ = options.small_gemm && c.hidden % 8 == 0 && (c.heads * c.head_dim) % 8 == 0 && c.intermediate % 8 == 0 &&
                       cuda::prepareSmallGemm(static_cast<int>(max_k));
         small_gemm_blocks_ = 3 * prop.multiProcessorCount;  // one resident wave at 80 registers x 256 threads
+        // Split-key attention applies below two CTAs per SM: (token, head) pairs up to 2 x SMs.
+        attention_scratch_.sms = prop.multiProcessorCount;
+        attention_scratch_.capacity = 2 * prop.multiProcessorCount;
+        attention_partials_ = DeviceBuffer(size_t(attention_scratch_.capacity) * cuda::kMaxAttentionSplits * (c.head_dim + 2) * 4);
+        attention_counters_ = DeviceBuffer(size_t(attention_scratch_.capacity) * 4);
+        KILN_CUDA_CHECK(cudaMemset(attention_counters_.ptr, 0, attention_counters_.bytes));
+        attention_scratch_.partials = attention_partials_.as<float>();
+        attention_scratch_.counters = attention_counters_.as<int>();
     }
     ~CudaDecoderModel() override {
         for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
@@ -195,59 +226,70 @@ private:
                                      static_cast<int>(out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
 
-    // A linear layer's input: a norm of residual-stream rows, f16 rows, or the MLP activation of f16 rows.
+    // A linear layer's input: a norm of residual-stream rows, or f16 rows.
     struct LinearIn {
         cuda::SmallGemmInput::Kind kind;
         const void* x;  // the f32 stream for Norm, else f16 rows
         const float *norm_w = nullptr, *norm_b = nullptr;
         const int32_t* row_map = nullptr;
-        const __half* act_bias = nullptr;
-    };
-    // Where its output goes: f16 or f32 rows, or added (with bias) into the residual stream.
-    struct LinearOut {
-        cuda::SmallGemmOutput::Kind kind;
-        void* y;
-        const __half* bias = nullptr;
     };
 
     // One linear layer of `rows` token rows. Decode-size batches run the fused small GEMM
-    // (prologue and epilogue inside); larger ones run the norm/activation kernel, cuBLAS,
-    // and leave a residual add pending for the next norm, which adds it in the same pass.
-    // `small` is decided once per step: the two paths leave the residual stream in different states.
-    void linear(bool small, int64_t rows, int64_t N, int64_t K, const DeviceBuffer& W, const LinearIn& in, const LinearOut& out, const char* stage) const {
+    // (prologue and epilogue inside); larger ones run the norm kernel, cuBLAS, then the
+    // epilogue's kernel (q|k|v to the cache, MLP activation), and leave a residual add
+    // pending for the next norm, which adds it in the same pass. `small` is decided once
+    // per step: the two paths leave the residual stream in different states.
+    void linear(bool small, int64_t rows, int64_t N, int64_t K, const DeviceBuffer& W, const LinearIn& in, const cuda::SmallGemmOutput& out,
+                const char* stage) const {
+        using Out = cuda::SmallGemmOutput;
         const DecoderConfig& c = config_;
         const bool llama = c.family == Family::Llama;
+        profiler_.stage(stream_, stage);
         if (small) {
-            profiler_.stage(stream_, stage);
             cuda::SmallGemmInput si;
             si.kind = in.kind;
             if (in.kind == cuda::SmallGemmInput::Norm) {
                 si.residual = static_cast<const float*>(in.x), si.row_map = in.row_map, si.norm_w = in.norm_w, si.norm_b = in.norm_b;
                 si.eps = c.norm_eps, si.rms = llama;
             } else {
-                si.x = static_cast<const __half*>(in.x), si.bias = in.act_bias, si.swiglu = llama;
+                si.x = static_cast<const __half*>(in.x);
             }
-            const cuda::SmallGemmOutput so{out.kind, out.y, out.bias};
-            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), si, so, small_gemm_blocks_, stream_);
+            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), si, out, small_gemm_blocks_, stream_);
             return;
         }
         const void* x = in.x;
         if (in.kind == cuda::SmallGemmInput::Norm) {
-            profiler_.stage(stream_, "norm");
             cuda::launchAddNorm(static_cast<int>(rows), static_cast<int>(K), in.row_map, act_.x.as<float>(), pending_.add, pending_.bias, in.norm_w,
                                 in.norm_b, c.norm_eps, llama, act_.h.as<__half>(), stream_);
             pending_ = {};
             x = act_.h.ptr;
-        } else if (in.kind == cuda::SmallGemmInput::Activation) {
-            profiler_.stage(stream_, "activation");
-            cuda::launchMlpActivation(static_cast<int>(rows), static_cast<int>(K), static_cast<const __half*>(in.x), in.act_bias, llama,
-                                      act_.mlp_act.as<__half>(), stream_);
-            x = act_.mlp_act.ptr;
         }
-        profiler_.stage(stream_, stage);
-        const bool add = out.kind == cuda::SmallGemmOutput::AddToResidual;
-        gemm(rows, N, K, W, x, add ? act_.proj.ptr : out.y, out.kind == cuda::SmallGemmOutput::Float);
-        if (add) pending_ = {act_.proj.as<__half>(), out.bias};
+        switch (out.kind) {
+            case Out::Half: gemm(rows, N, K, W, x, out.y); break;
+            case Out::Float: gemm(rows, N, K, W, x, out.y, true); break;
+            case Out::AddToResidual:
+                gemm(rows, N, K, W, x, act_.proj.ptr);
+                pending_ = {act_.proj.as<__half>(), out.bias};
+                break;
+            case Out::Qkv:
+                gemm(rows, N, K, W, x, act_.qkv.ptr);
+                cuda::launchQkvToCache(static_cast<int>(rows), act_.qkv.as<__half>(), out.qkv, stream_);
+                break;
+            case Out::GeluBias:
+            case Out::SwiGlu: {
+                const bool swiglu = out.kind == Out::SwiGlu;
+                gemm(rows, N, K, W, x, act_.mlp.ptr);
+                cuda::launchMlpActivation(static_cast<int>(rows), static_cast<int>(swiglu ? N / 2 : N), act_.mlp.as<__half>(), out.bias, swiglu,
+                                          static_cast<__half*>(out.y), stream_);
+                break;
+            }
+        }
+    }
+
+    static cuda::SmallGemmOutput outputTo(cuda::SmallGemmOutput::Kind kind, void* y, const __half* bias = nullptr) {
+        cuda::SmallGemmOutput out;
+        out.kind = kind, out.y = y, out.bias = bias;
+        return out;
     }
 
     // The whole step on stream_, reading metadata from act_.meta (capturable).
@@ -268,22 +310,21 @@ private:
         const size_t layer_elems = static_cast<size_t>(num_blocks * c.kv_heads * bs * D);  // keys (or values) of one layer
         for (int64_t l = 0; l < c.layers; ++l) {
             const LayerWeights& L = layers_[l];
-            linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, {Out::Half, act_.qkv.ptr}, "qkv");
             __half* base = static_cast<__half*>(pool) + 2 * l * layer_elems;
-            const cuda::KvLayer kv{base, base + layer_elems, static_cast<int>(c.kv_heads), static_cast<int>(D), static_cast<int>(bs)};
-            profiler_.stage(stream_, "qkv+rope+cache");
-            cuda::launchQkvToCache(Ti, static_cast<int>(c.heads), act_.qkv.as<__half>(), L.qkv_b.as<__half>(), m, kv, llama, c.rope_theta, act_.q.as<__half>(),
-                                   stream_);
+            Out qkv = outputTo(Out::Qkv, nullptr);
+            qkv.qkv = {m, {base, base + layer_elems, static_cast<int>(c.kv_heads), static_cast<int>(D), static_cast<int>(bs)}, static_cast<int>(c.heads),
+                       llama, c.rope_theta, L.qkv_b.as<__half>(), act_.q.as<__half>()};
+            linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, "qkv+rope+cache");
             profiler_.stage(stream_, "attention");
-            cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, kv, 1.f / std::sqrt(static_cast<float>(D)),
-                                       act_.att.as<__half>(), stream_);
-            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, {Out::AddToResidual, x, L.o_b.as<__half>()}, "o");
-            linear(small, T, llama ? 2 * I : I, H, L.up, {In::Norm, x, L.norm2_w.as<float>(), L.norm2_b.as<float>()}, {Out::Half, act_.mlp.ptr}, "up");
-            linear(small, T, H, I, L.down, {In::Activation, act_.mlp.ptr, nullptr, nullptr, nullptr, L.up_b.as<__half>()}, {Out::AddToResidual, x, L.down_b.as<__half>()},
-                   "down");
+            cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, 1.f / std::sqrt(static_cast<float>(D)),
+                                       attention_scratch_, act_.att.as<__half>(), stream_);
+            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o");
+            linear(small, T, llama ? 2 * I : I, H, L.up, {In::Norm, x, L.norm2_w.as<float>(), L.norm2_b.as<float>()},
+                   outputTo(llama ? Out::SwiGlu : Out::GeluBias, act_.mlp_act.ptr, L.up_b.as<__half>()), "up+activation");
+            linear(small, T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), "down");
         }
         // Only each chunk's last token needs logits: final norm of those rows, LM head.
-        linear(small, S, c.vocab, H, *lm_head_, {In::Norm, x, final_w_.as<float>(), final_b_.as<float>(), m.last_token}, {Out::Float, act_.logits.ptr}, "lm head");
+        linear(small, S, c.vocab, H, *lm_head_, {In::Norm, x, final_w_.as<float>(), final_b_.as<float>(), m.last_token}, outputTo(Out::Float, act_.logits.ptr), "lm head");
         KILN_CUDA_CHECK(cudaGetLastError());
     }
 
@@ -331,7 +372,7 @@ private:
                 L.norm2_w = upload(toFloats(findWeight(w, p, n + "ln_2.weight", {H})));
                 L.norm2_b = upload(toFloats(findWeight(w, p, n + "ln_2.bias", {H})));
                 // GPT-2's Conv1D stores [in][out]: transposed to [out][in] (q|k|v rows stay in order).
-                L.qkv = upload(halfBits(findWeight(w, p, n + "attn.c_attn.weight", {H, 3 * H}), true));
+                L.qkv = upload(interleaveHeadHalves(halfBits(findWeight(w, p, n + "attn.c_attn.weight", {H, 3 * H}), true), H, D));
                 L.qkv_b = upload(halfBits(findWeight(w, p, n + "attn.c_attn.bias", {3 * H})));
                 L.o = upload(halfBits(findWeight(w, p, n + "attn.c_proj.weight", {H, H}), true));
                 L.o_b = upload(halfBits(findWeight(w, p, n + "attn.c_proj.bias", {H})));
@@ -351,11 +392,14 @@ private:
                 LayerWeights L;
                 L.norm1_w = upload(toFloats(findWeight(w, p, n + "input_layernorm.weight", {H})));
                 L.norm2_w = upload(toFloats(findWeight(w, p, n + "post_attention_layernorm.weight", {H})));
-                L.qkv = upload(concatRows({halfBits(findWeight(w, p, n + "self_attn.q_proj.weight", {Q, H})),
-                                           halfBits(findWeight(w, p, n + "self_attn.k_proj.weight", {KV, H})),
-                                           halfBits(findWeight(w, p, n + "self_attn.v_proj.weight", {KV, H}))}));
+                L.qkv = upload(interleaveHeadHalves(concatRows({halfBits(findWeight(w, p, n + "self_attn.q_proj.weight", {Q, H})),
+                                                                halfBits(findWeight(w, p, n + "self_attn.k_proj.weight", {KV, H})),
+                                                                halfBits(findWeight(w, p, n + "self_attn.v_proj.weight", {KV, H}))}),
+                                                    H, D));
                 L.o = upload(halfBits(findWeight(w, p, n + "self_attn.o_proj.weight", {H, Q})));
-                L.up = upload(concatRows({halfBits(findWeight(w, p, n + "mlp.gate_proj.weight", {I, H})), halfBits(findWeight(w, p, n + "mlp.up_proj.weight", {I, H}))}));
+                L.up = upload(interleaveGateUp(concatRows({halfBits(findWeight(w, p, n + "mlp.gate_proj.weight", {I, H})),
+                                                           halfBits(findWeight(w, p, n + "mlp.up_proj.weight", {I, H}))}),
+                                               H, I));
                 L.down = upload(halfBits(findWeight(w, p, n + "mlp.down_proj.weight", {H, I})));
                 layers_.push_back(std::move(L));
             }
@@ -388,6 +432,8 @@ private:
     mutable PendingAdd pending_;
     bool small_gemm_ = false;
     int small_gemm_blocks_ = 0;
+    DeviceBuffer attention_partials_, attention_counters_;
+    cuda::AttentionScratch attention_scratch_;
 };
 
 }  // namespace

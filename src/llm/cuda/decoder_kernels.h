@@ -1,6 +1,11 @@
 // Kernels of the GPU decoder step (f16 storage, f32 math). Token rows of a step come from
 // several sequences; per-token metadata (positions, cache slots, which chunk) is read from
 // device arrays so that one captured CUDA graph serves every decode step of a batch size.
+//
+// Weight rows the kernels pair up are stored interleaved: the fused q|k|v projection as
+// rows (h*D + i, h*D + i + D/2) for each head h and i < D/2, so one warp of the small GEMM
+// holds both halves RoPE rotates together, and Llama's gate|up as rows (gate j, up j), so
+// the SwiGLU product is made where the two dot products end.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -25,28 +30,54 @@ struct KvLayer {
     int kv_heads, head_dim, block_size;
 };
 
-// x[t] = wte[token] (+ wpe[position]), f32 residual stream.
+// Where a step's q|k|v go: q rows to `q`, k and v into the paged cache at each token's slot,
+// with rotary embeddings on q and k (Llama) and the projection's bias (GPT-2, may be null).
+struct QkvDestination {
+    StepMeta meta;
+    KvLayer kv;
+    int heads = 0;
+    bool rope = false;
+    float theta = 0.f;
+    const __half* bias = nullptr;  // [(heads + 2 kv_heads) * D], in the original row order
+    __half* q = nullptr;
+};
+
+// Kernels launched after the first of a step may start early (programmatic dependent
+// launch, Hopper and later): each waits for its predecessor before reading its output, and
+// meanwhile its launch and (in the small GEMM) its first weight loads overlap the
+// predecessor's tail. On by default; KILN_LLM_PDL=0 turns it off.
+bool programmaticLaunchEnabled();
+
+// x[t] = wte[token] (+ wpe[position]), f32 residual stream. The step's first kernel.
 void launchEmbed(int T, int H, const StepMeta& m, const __half* wte, const __half* wpe, float* x, cudaStream_t s);
 // For each output row r (token row_map[r], or r): x += add + bias (when add), then
 // out[r] = LayerNorm/RMSNorm(x) * w (+ b).
 void launchAddNorm(int rows, int H, const int32_t* row_map, float* x, const __half* add, const __half* add_bias, const float* w, const float* b,
                    float eps, bool rms, __half* out, cudaStream_t s);
-// Splits fused q|k|v rows (+ bias), applies rotary embeddings (Llama), writes q to `q`
-// and k, v into the paged cache at each token's slot.
-void launchQkvToCache(int T, int heads, const __half* qkv, const __half* bias, const StepMeta& m, const KvLayer& kv, bool rope, float theta,
-                      __half* q, cudaStream_t s);
+// Splits pair-interleaved q|k|v rows [T][(heads + 2 kv_heads) * D] (+ bias), applies
+// rotary embeddings, writes q and the cache.
+void launchQkvToCache(int T, const __half* qkv, const QkvDestination& d, cudaStream_t s);
 // Causal attention of each token over its sequence's cached keys/values up to its
 // position, read through the block table; query head h reads kv head h / (heads / kv_heads).
-void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, __half* out, cudaStream_t s);
+// With few (token, head) pairs the keys split over several blocks (flash-decoding); their
+// partial results meet in `partials` and the last block of a pair combines them.
+struct AttentionScratch {
+    float* partials = nullptr;  // [capacity][kMaxAttentionSplits][head_dim + 2]
+    int* counters = nullptr;    // [capacity], zero between launches
+    int capacity = 0;           // (token, head) pairs that may split
+    int sms = 0;
+};
+constexpr int kMaxAttentionSplits = 16;
+void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, const AttentionScratch& scratch,
+                          __half* out, cudaStream_t s);
 // y = in * W^T (W f16 [N][K]) for rows <= kSmallGemmMaxRows token rows, the decode case,
 // where cuBLAS leaves HBM bandwidth unused; the input comes from a fused prologue and
-// the output goes through a fused epilogue, which saves the norm and activation kernels.
+// the output goes through a fused epilogue, which saves the norm, activation and
+// RoPE/cache kernels.
 constexpr int kSmallGemmMaxRows = 4;
 struct SmallGemmInput {
-    enum Kind { Plain, Norm, Activation } kind = Plain;
-    const __half* x = nullptr;  // Plain: [rows][K]; Activation: [rows][K] (+ bias) or [rows][2K] (SwiGLU)
-    const __half* bias = nullptr;
-    bool swiglu = false;
+    enum Kind { Plain, Norm } kind = Plain;
+    const __half* x = nullptr;        // Plain: [rows][K]
     const float* residual = nullptr;  // Norm: rows row_map[r] (or r) of this f32 [T][K] stream
     const int32_t* row_map = nullptr;
     const float *norm_w = nullptr, *norm_b = nullptr;
@@ -54,15 +85,20 @@ struct SmallGemmInput {
     bool rms = false;
 };
 struct SmallGemmOutput {
-    enum Kind { Half, Float, AddToResidual } kind = Half;
-    void* y = nullptr;               // [rows][N]: f16, f32, or the f32 residual stream (+= y + bias)
-    const __half* bias = nullptr;    // AddToResidual
+    // Half/Float: [rows][N]; AddToResidual: the f32 stream += y + bias; GeluBias: f16
+    // gelu_tanh(y + bias); SwiGlu (interleaved gate|up): f16 [rows][N/2] silu(gate) * up;
+    // Qkv (interleaved q|k|v): to `qkv` as launchQkvToCache does.
+    enum Kind { Half, Float, AddToResidual, GeluBias, SwiGlu, Qkv } kind = Half;
+    void* y = nullptr;
+    const __half* bias = nullptr;
+    QkvDestination qkv;
 };
 // Allows the shared memory the largest K needs; false when the device cannot (then the
 // caller keeps to cuBLAS). K must be a multiple of 8.
 bool prepareSmallGemm(int max_k);
 void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int max_blocks, cudaStream_t s);
-// GPT-2: out = gelu_tanh(in + bias), in [T][I]. Llama: out = silu(in[:, :I]) * in[:, I:].
+// GPT-2: out = gelu_tanh(in + bias), in [T][I]. Llama: out = silu(gate) * up from the
+// interleaved [T][2I] gate|up rows.
 void launchMlpActivation(int T, int I, const __half* in, const __half* bias, bool swiglu, __half* out, cudaStream_t s);
 
 }  // namespace kiln::llm::cuda
