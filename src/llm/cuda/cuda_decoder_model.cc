@@ -111,7 +111,7 @@ public:
         const int64_t max_k = std::max({c.hidden, c.heads * c.head_dim, c.intermediate});
         small_gemm_ = options.small_gemm && c.hidden % 8 == 0 && (c.heads * c.head_dim) % 8 == 0 && c.intermediate % 8 == 0 &&
                       cuda::prepareSmallGemm(static_cast<int>(max_k));
-        small_gemm_blocks_ = 3 * prop.multiProcessorCount;  // one resident wave at 80 registers x 256 threads
+        sms_ = prop.multiProcessorCount;
         // Split-key attention applies below two CTAs per SM: (token, head) pairs up to 2 x SMs.
         attention_scratch_.sms = prop.multiProcessorCount;
         attention_scratch_.capacity = 2 * prop.multiProcessorCount;
@@ -254,7 +254,7 @@ private:
             } else {
                 si.x = static_cast<const __half*>(in.x);
             }
-            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), si, out, small_gemm_blocks_, stream_);
+            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), si, out, sms_, stream_);
             return;
         }
         const void* x = in.x;
@@ -431,7 +431,7 @@ private:
     };
     mutable PendingAdd pending_;
     bool small_gemm_ = false;
-    int small_gemm_blocks_ = 0;
+    int sms_ = 0;
     DeviceBuffer attention_partials_, attention_counters_;
     cuda::AttentionScratch attention_scratch_;
 };

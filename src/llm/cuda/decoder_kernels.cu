@@ -209,18 +209,23 @@ __global__ void mlpActivationKernel(int I, const __half* in, const __half* bias,
     }
 }
 
+// One resident wave of blocks (as many as fit on each SM at this shared-memory size): the
+// warps stride over the tasks, so no block waits for another to leave.
 template <int R, int P>
-void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int max_blocks, cudaStream_t s) {
+void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
     const int warps = kBlockThreads / 32, tasks = N / P;
-    const int blocks = std::min((tasks + warps - 1) / warps, max_blocks);
-    launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), size_t(rows) * K * 2, s, rows, N, K, W, in, out);
+    const size_t smem = size_t(rows) * K * 2;
+    int per_sm = 1;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P>, kBlockThreads, smem);
+    const int blocks = std::min((tasks + warps - 1) / warps, std::max(per_sm, 1) * sms);
+    launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out);
 }
 
 template <int P>
-void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int max_blocks, cudaStream_t s) {
-    if (rows == 1) launchSmallGemmRows<1, P>(rows, N, K, W, in, out, max_blocks, s);
-    else if (rows == 2) launchSmallGemmRows<2, P>(rows, N, K, W, in, out, max_blocks, s);
-    else launchSmallGemmRows<4, P>(rows, N, K, W, in, out, max_blocks, s);
+void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
+    if (rows == 1) launchSmallGemmRows<1, P>(rows, N, K, W, in, out, sms, s);
+    else if (rows == 2) launchSmallGemmRows<2, P>(rows, N, K, W, in, out, sms, s);
+    else launchSmallGemmRows<4, P>(rows, N, K, W, in, out, sms, s);
 }
 
 template <int P>
@@ -263,9 +268,9 @@ bool prepareSmallGemm(int max_k) {
     return allowSmallGemmSmem<1>(bytes) && allowSmallGemmSmem<2>(bytes);
 }
 
-void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int max_blocks, cudaStream_t s) {
-    if (out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv) launchSmallGemmPairs<2>(rows, N, K, W, in, out, max_blocks, s);
-    else launchSmallGemmPairs<1>(rows, N, K, W, in, out, max_blocks, s);
+void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
+    if (out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv) launchSmallGemmPairs<2>(rows, N, K, W, in, out, sms, s);
+    else launchSmallGemmPairs<1>(rows, N, K, W, in, out, sms, s);
 }
 
 void launchMlpActivation(int T, int I, const __half* in, const __half* bias, bool swiglu, __half* out, cudaStream_t s) {
