@@ -1,6 +1,8 @@
 // Constant folding: evaluates nodes whose inputs are all constants with the reference
 // kernels and stores the results as initializers; Shape of a value whose shape is fully
 // known becomes a constant too.
+#include <algorithm>
+
 #include "backends/cpu/reference/kernel.h"
 #include "passes/graph_rewrite.h"
 #include "passes/pass.h"
@@ -9,7 +11,9 @@ namespace kiln {
 
 namespace {
 
-constexpr int64_t kMaxFoldedElements = 1 << 22;  // don't materialize huge broadcasts
+// Don't materialize huge broadcasts: a folded output may exceed this only when it is no
+// larger than the node's inputs (a Transpose or Cast of a big weight, e.g. a tied LM head).
+constexpr int64_t kMaxFoldedElements = 1 << 22;
 
 bool foldable(const Node& n) {
     return n.domain.empty() && n.op_type != "RandomNormal" && n.op_type != "RandomUniform" && n.op_type != "Bernoulli";
@@ -22,6 +26,7 @@ void foldConstants(Graph& g, const RouteValues& route) {
         Node& n = g.nodes[i];
         if (!foldable(n)) continue;
         std::vector<Tensor> outs;
+        int64_t input_elements = 0;
         if (n.op_type == "Shape" && n.hasInput(0) && !constantOf(g, n.inputs[0])) {
             if (!fold_shapes) continue;
             const ValueInfo* vi = g.findValueInfo(n.inputs[0]);
@@ -40,6 +45,7 @@ void foldConstants(Graph& g, const RouteValues& route) {
                 const Tensor* t = in.empty() ? nullptr : constantOf(g, in);
                 all_const &= in.empty() || t != nullptr;
                 inputs.push_back(t);
+                if (t) input_elements = std::max(input_elements, t->numel());
             }
             if (!all_const) continue;
             KernelFn fn = referenceKernels().find(n.op_type);
@@ -51,7 +57,7 @@ void foldConstants(Graph& g, const RouteValues& route) {
             }
         }
         bool small = true;
-        for (const auto& t : outs) small &= t.numel() <= kMaxFoldedElements;
+        for (const auto& t : outs) small &= t.numel() <= std::max(kMaxFoldedElements, input_elements);
         if (!small || outs.size() < n.outputs.size()) continue;
         for (size_t k = 0; k < n.outputs.size(); ++k)
             if (!n.outputs[k].empty()) g.initializers[n.outputs[k]] = outs[k];

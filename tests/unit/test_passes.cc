@@ -46,6 +46,26 @@ void expectSameOutputs(const Graph& before, const Graph& after, const Dims& dims
 }
 }  // namespace
 
+// Constant folding materializes a Transpose of a weight above the size limit (its output is
+// no larger than its input: GPT-2's tied LM head), but not an Expand that would blow a small
+// constant up past it.
+TEST(Passes, ConstantFoldingTakesBigTransposesNotBigBroadcasts) {
+    Graph g = withInput({2, 3});
+    std::mt19937 rng(9);
+    g.initializers["w"] = randomTensor({2049, 2048}, rng);
+    g.initializers["small"] = randomTensor({1, 2048}, rng);
+    g.initializers["big_shape"] = Tensor::fromVector<int64_t>({2}, {2100, 2048});
+    Attributes perm;
+    perm.set("perm", std::vector<int64_t>{1, 0});
+    g.nodes = {Node{"t", "Transpose", "", {"w"}, {"wt"}, perm}, Node{"e", "Expand", "", {"small", "big_shape"}, {"big"}, {}}};
+    g.outputs = {{"wt", DType::F32, {}}, {"big", DType::F32, {}}};
+    constantFoldingPass().run(g, defaults());
+    ASSERT_EQ(opTypes(g), std::vector<std::string>{"Expand"});
+    const Tensor& wt = g.initializers.at("wt");
+    ASSERT_EQ(wt.dims(), (Dims{2048, 2049}));
+    EXPECT_EQ(wt.data<float>()[5 * 2049 + 7], g.initializers.at("w").data<float>()[7 * 2048 + 5]);
+}
+
 TEST(Passes, LayerNormPatternBecomesOneNode) {
     Graph g = withInput({2, 8});
     std::mt19937 rng(1);

@@ -15,6 +15,9 @@ namespace {
 
 constexpr int kAttentionThreads = 256;
 constexpr int kKeysInFlight = 4;  // keys per group whose loads are issued together
+// Below this many keys a split is not worth its combine step (two more dependent trips to
+// memory): one CTA's 32 groups take 256 keys in two rounds of loads.
+constexpr int kMinKeysPerSplit = 256;
 
 template <int D>
 __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale,
@@ -24,13 +27,16 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
     __shared__ float group_out[kGroups][D + 1];
     __shared__ float group_max[kGroups], group_sum[kGroups];
     __shared__ bool last;
-    const int h = blockIdx.x, t = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
+    const int h = blockIdx.x, t = blockIdx.y, split = blockIdx.z, splits = gridDim.z;  // splits: for the longest context
     const int g = threadIdx.x % kLanesPerKey, group = threadIdx.x / kLanesPerKey;
     const int kh = h / (heads / kv.kv_heads);
     const int len = m.positions[t] + 1;
-    // This split's keys, in whole rounds of kGroups keys.
-    const int per_split = ((len + splits - 1) / splits + kGroups - 1) / kGroups * kGroups;
-    const int begin = min(len, split * per_split), end = min(len, begin + per_split);
+    // This split's keys, in whole rounds of kGroups keys and at least kMinKeysPerSplit: a
+    // short context stays in one CTA (no combine), splits past the context's end leave.
+    const int per_split = max(kMinKeysPerSplit, ((len + splits - 1) / splits + kGroups - 1) / kGroups * kGroups);
+    const int active = (len + per_split - 1) / per_split;
+    if (split >= active) return;
+    const int begin = split * per_split, end = min(len, begin + per_split);
     const int32_t* table = m.block_tables + int64_t(m.token_chunk[t]) * m.max_blocks;
     float qf[8], acc[8] = {};
     const uint4 qv = *reinterpret_cast<const uint4*>(q + (int64_t(t) * heads + h) * D + g * 8);
@@ -76,7 +82,7 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
         for (int k = 0; k < kGroups; ++k)
             if (group_sum[k] > 0.f) merged += group_out[k][d] * __expf(group_max[k] - top);
     __half* dst = out + (int64_t(t) * heads + h) * D;
-    if (splits == 1) {
+    if (active == 1) {
         if (d < D) dst[d] = __float2half(merged / total);
         return;
     }
@@ -87,21 +93,21 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
     if (threadIdx.x == 0) mine[D] = top, mine[D + 1] = total;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(scratch.counters + pair, 1) == splits - 1;
+    if (threadIdx.x == 0) last = atomicAdd(scratch.counters + pair, 1) == active - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();
     const float* all = scratch.partials + int64_t(pair) * kMaxAttentionSplits * (D + 2);
     top = -INFINITY;
-    for (int s = 0; s < splits; ++s) top = fmaxf(top, __ldcg(all + s * (D + 2) + D));
+    for (int s = 0; s < active; ++s) top = fmaxf(top, __ldcg(all + s * (D + 2) + D));
     total = 0.f;
-    for (int s = 0; s < splits; ++s) {
+    for (int s = 0; s < active; ++s) {
         const float ssum = __ldcg(all + s * (D + 2) + D + 1);
         if (ssum > 0.f) total += ssum * __expf(__ldcg(all + s * (D + 2) + D) - top);
     }
     if (d < D) {
         float o = 0.f;
-        for (int s = 0; s < splits; ++s) {
+        for (int s = 0; s < active; ++s) {
             const float* ps = all + s * (D + 2);
             if (__ldcg(ps + D + 1) > 0.f) o += __ldcg(ps + d) * __expf(__ldcg(ps + D) - top);
         }
