@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -57,6 +58,15 @@ std::string exclusionReason(const fs::path& dir) {
     for (const auto& imp : m.opset_import())
         if (imp.domain() == "ai.onnx.preview.training") return "training domain";
     return "";
+}
+
+// The ONNX test data store bfloat16 tensors as their uint16 bit patterns (numpy has no
+// bfloat16): read those bits as the bf16 values the model declares.
+Tensor asDeclaredBfloat16(const Tensor& t, DType declared) {
+    if (t.dtype() != DType::U16 || declared != DType::BF16) return t;
+    Tensor bf(DType::BF16, t.dims());
+    std::memcpy(bf.raw(), t.raw(), static_cast<size_t>(t.numel()) * 2);
+    return bf;
 }
 
 // Empty when `got` matches `want`, else a description of the first mismatch.
@@ -115,13 +125,14 @@ Result runTest(const fs::path& dir, double rtol, double atol, const std::string&
                 std::string name;
                 Tensor t = loadTensorFile(p, &name);
                 if (name.empty() && i < inputs_decl.size()) name = inputs_decl[i].name;
-                inputs[name] = t;
+                const ValueInfo* declared = g.findValueInfo(name);
+                inputs[name] = declared ? asDeclaredBfloat16(t, declared->dtype) : t;
             }
             auto outputs = execute(inputs);
             for (size_t i = 0; i < outputs.size(); ++i) {
                 fs::path p = set / ("output_" + std::to_string(i) + ".pb");
                 if (!fs::exists(p)) return {Outcome::Fail, "missing " + p.string()};
-                std::string diff = compareTensors(outputs[i], loadTensorFile(p), rtol, atol);
+                std::string diff = compareTensors(outputs[i], asDeclaredBfloat16(loadTensorFile(p), outputs[i].dtype()), rtol, atol);
                 if (!diff.empty()) return {Outcome::Fail, set.filename().string() + " output " + g.outputs[i].name + ": " + diff};
             }
         }
