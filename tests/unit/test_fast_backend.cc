@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/cpu/fast/epilogue.h"
+#include "backends/cpu/fast/softmax_row.h"
 #include "backends/cpu/fast/tactics.h"
 #include "runtime/accuracy.h"
 #include "test_helpers.h"
@@ -159,6 +160,39 @@ TEST(FastBackend, NormAttentionAndChainTacticsMatchReference) {
     chain.node.attrs.set("swapped", std::vector<int64_t>{0, 0, 1, 0, 0});
     chain.node.attrs.set("params", std::vector<float>(10, 0.0f));
     expectTacticMatchesReference(chain, "fast");
+}
+
+// The vectorized softmax row against softmax computed in double: lengths around the
+// 8-float vector, scores over a wide range, -inf (masked) scores, and the rows without a
+// finite maximum or with a NaN, which must come out NaN as in the reference.
+TEST(FastBackend, SoftmaxRowMatchesDoublePrecision) {
+    std::mt19937 rng(8);
+    std::uniform_real_distribution<float> score(-60.0f, 20.0f);
+    for (int64_t len : {1, 7, 8, 9, 31, 197, 1000}) {
+        std::vector<float> x(static_cast<size_t>(len));
+        for (auto& v : x) v = score(rng);
+        if (len > 2) x[1] = -INFINITY;
+        std::vector<float> got = x;
+        softmaxRow(got.data(), len);
+        double mx = -INFINITY, sum = 0;
+        for (float v : x) mx = std::max(mx, static_cast<double>(v));
+        for (float v : x) sum += std::exp(static_cast<double>(v) - mx);
+        for (int64_t j = 0; j < len; ++j) {
+            if (std::isinf(x[j])) continue;  // the masked score: checked below
+            const double shifted = static_cast<double>(x[j]) - mx, want = std::exp(shifted) / sum;
+            // x - max rounds to float first (as in the reference): relative error ~ |x - max| ulp.
+            EXPECT_NEAR(got[j], want, want * (1e-6 + 1.2e-7 * std::fabs(shifted)) + 1e-37) << "len " << len << " element " << j;
+        }
+        if (len > 2) {
+            EXPECT_EQ(got[1], 0.0f);
+        }
+    }
+    for (bool nan : {false, true}) {
+        std::vector<float> row(13, nan ? 0.5f : -INFINITY);
+        if (nan) row[5] = NAN;
+        softmaxRow(row.data(), 13);
+        for (float v : row) EXPECT_TRUE(std::isnan(v)) << (nan ? "a NaN score" : "all scores -inf");
+    }
 }
 
 TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/cpu/fast/epilogue.h"
+#include "backends/cpu/fast/softmax_row.h"
 #include "backends/cpu/fast/tactics.h"
 #include "backends/cpu/reference/kernel_util.h"
 
@@ -19,15 +20,7 @@ bool any(const Node&, const Graph&) { return true; }
 // In-place softmax of `rows` rows of `len` floats.
 void softmaxRows(float* p, int64_t rows, int64_t len) {
 #pragma omp parallel for schedule(static) if (rows * len > 16384)
-    for (int64_t r = 0; r < rows; ++r) {
-        float* x = p + r * len;
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < len; ++j) mx = std::max(mx, x[j]);  // not std::fmax: a libm call per element
-        float sum = 0;
-        for (int64_t j = 0; j < len; ++j) sum += (x[j] = std::exp(x[j] - mx));
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j < len; ++j) x[j] *= inv;
-    }
+    for (int64_t r = 0; r < rows; ++r) softmaxRow(p + r * len, len);
 }
 
 std::vector<Tensor> fastSoftmax(const KernelContext& ctx) {
