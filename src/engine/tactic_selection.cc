@@ -80,15 +80,41 @@ std::string signatureOf(const Graph& g, const Node& n, const std::vector<const T
     return sig.str();
 }
 
-double timeKernel(KernelFn fn, const KernelContext& ctx) {
-    double best = 1e300;
-    fn(ctx);  // warm-up
-    for (int i = 0; i < 3; ++i) {
-        auto t0 = std::chrono::steady_clock::now();
-        fn(ctx);
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+// The fastest of the candidates on these inputs (`fallback` when none runs). Each tactic
+// runs once to warm up, then the candidates take turns, round after round, until every one
+// has run at least kMinRuns times and kMinSeconds in all (or kMaxRuns times): interleaving
+// spreads a noisy machine's slow phases over all of them, and each keeps its fastest run.
+std::string fastestTactic(const std::vector<const Tactic*>& cands, const KernelContext& ctx, const std::string& fallback) {
+    constexpr int kMinRuns = 5, kMaxRuns = 50;
+    constexpr double kMinSeconds = 0.01;
+    struct Timing {
+        const Tactic* tactic;
+        double best = 1e300, total = 0;
+    };
+    std::vector<Timing> timings;
+    for (const Tactic* t : cands) {
+        try {
+            t->kernel(ctx);
+            timings.push_back({t});
+        } catch (const Error&) {
+        }
     }
-    return best;
+    for (int run = 0; run < kMaxRuns; ++run) {
+        bool enough = run >= kMinRuns;
+        for (auto& tm : timings) {
+            const auto t0 = std::chrono::steady_clock::now();
+            tm.tactic->kernel(ctx);
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            tm.best = std::min(tm.best, s), tm.total += s;
+            enough = enough && tm.total >= kMinSeconds;
+        }
+        if (enough) break;
+    }
+    std::string pick = fallback;
+    double best = 1e300;
+    for (const auto& tm : timings)
+        if (tm.best < best) best = tm.best, pick = tm.tactic->name;
+    return pick;
 }
 
 // The model's values at the build's shapes, computed node by node with the chosen tactics,
@@ -206,15 +232,7 @@ std::map<std::string, std::string> selectTactics(const Graph& g, const RouteValu
                 if (const std::string* hit = cache ? cache->find(key) : nullptr) {
                     pick = *hit;
                 } else {
-                    KernelContext ctx{n, ptrs, g.opset, nullptr};
-                    double best = 1e300;
-                    for (const Tactic* t : cands) {
-                        try {
-                            const double s = timeKernel(t->kernel, ctx);
-                            if (s < best) best = s, pick = t->name;
-                        } catch (const Error&) {
-                        }
-                    }
+                    pick = fastestTactic(cands, KernelContext{n, ptrs, g.opset, nullptr}, pick);
                     if (cache) cache->put(key, pick);
                 }
             }
