@@ -158,18 +158,27 @@ TEST(Passes, AttentionAndGemmEpiloguesFuse) {
 
 // A 2-D Gemm whose output is reshaped before its GELU (GPT-2's export): the activation moves
 // into the FusedMatMul and the Reshape produces its output.
-TEST(Passes, ActivationBehindAReshapeFusesIntoTheGemm) {
+// x [6, 8] -> Gemm (w [8, n], bias) -> h [6, n] -> Reshape -> h3 [2, 3, n]: how GPT-2's exports
+// wrap their projections; tests append what follows h3.
+namespace {
+Graph gemmThenReshape(int64_t n, std::mt19937& rng) {
     Graph g = withInput({6, 8});
+    g.initializers["w"] = randomTensor({8, n}, rng);
+    g.initializers["b"] = randomTensor({n}, rng);
+    g.initializers["shape"] = Tensor::fromVector<int64_t>({3}, {2, 3, n});
+    g.nodes = {Node{"gemm", "Gemm", "", {"x", "w", "b"}, {"h"}, {}}, Node{"view", "Reshape", "", {"h", "shape"}, {"h3"}, {}}};
+    g.outputs = {{"y", DType::F32, {}}};
+    return g;
+}
+}  // namespace
+
+TEST(Passes, ActivationBehindAReshapeFusesIntoTheGemm) {
     std::mt19937 rng(14);
-    g.initializers["w"] = randomTensor({8, 12}, rng);
-    g.initializers["b"] = randomTensor({12}, rng);
-    g.initializers["shape"] = Tensor::fromVector<int64_t>({3}, {2, 3, 12});
+    Graph g = gemmThenReshape(12, rng);
     Attributes tanh;
     tanh.set("approximate", std::string("tanh"));
     g.opset = 20;
-    g.nodes = {Node{"gemm", "Gemm", "", {"x", "w", "b"}, {"h"}, {}}, Node{"view", "Reshape", "", {"h", "shape"}, {"h3"}, {}},
-               Node{"gelu", "Gelu", "", {"h3"}, {"y"}, tanh}};
-    g.outputs = {{"y", DType::F32, {}}};
+    g.nodes.push_back(Node{"gelu", "Gelu", "", {"h3"}, {"y"}, tanh});
     Graph after = g;
     gemmBiasActivationFusionPass().run(after, defaults());
     topologicalSort(after);
@@ -205,15 +214,11 @@ TEST(Passes, ResidualAddJoinsTheFusedMatMul) {
 // the residual Add: the Reshape moves to the Gemm's input and the Add still joins. A shape
 // with a 0 entry (copy a dim) cannot move and leaves the graph as it was.
 TEST(Passes, ResidualAddBehindAReshapeJoinsTheFusedMatMul) {
-    Graph g = withInput({6, 8});
     std::mt19937 rng(16);
-    g.initializers["w"] = randomTensor({8, 5}, rng);
-    g.initializers["b"] = randomTensor({5}, rng);
+    Graph g = gemmThenReshape(5, rng);
     g.initializers["r"] = randomTensor({2, 3, 5}, rng);
-    g.initializers["shape"] = Tensor::fromVector<int64_t>({3}, {2, 3, 5});
-    g.nodes = {Node{"gemm", "Gemm", "", {"x", "w", "b"}, {"h"}, {}}, Node{"view", "Reshape", "", {"h", "shape"}, {"h3"}, {}},
-               Node{"neg", "Neg", "", {"r"}, {"res"}, {}}, Node{"add", "Add", "", {"h3", "res"}, {"y"}, {}}};
-    g.outputs = {{"y", DType::F32, {}}};
+    g.nodes.push_back(Node{"neg", "Neg", "", {"r"}, {"res"}, {}});
+    g.nodes.push_back(Node{"add", "Add", "", {"h3", "res"}, {"y"}, {}});
     Graph after = g;
     gemmBiasActivationFusionPass().run(after, defaults());
     topologicalSort(after);
