@@ -101,11 +101,21 @@ std::vector<Tensor> fastAttention(const KernelContext& ctx) {
         out_dims.insert(out_dims.end(), {S, E});
     }
     const float scale = ctx.attrs().getFloat("scale", 1.0f);
-    std::vector<int64_t> mask_off;  // offsets for the scores in canonical [B, H, S, T] order
+    // The mask's offset at the start of each score row (canonical [B, H, S] order) and its
+    // step along the keys (0 when broadcast): a row's T offsets are not tabulated one by one.
+    std::vector<int64_t> mask_row;
+    int64_t mask_step = 0;
     if (mask) {
-        Dims score_dims = bshd ? Dims{B, H, S, T} : Dims(q.dims().begin(), q.dims().end() - 2);
-        if (!bshd) score_dims.insert(score_dims.end(), {S, T});
-        mask_off = broadcastOffsets(score_dims, mask->dims());
+        Dims row_dims = bshd ? Dims{B, H, S, 1} : Dims(q.dims().begin(), q.dims().end() - 2);
+        if (!bshd) row_dims.insert(row_dims.end(), {S, 1});
+        Dims mask_dims = mask->dims();
+        if (mask_dims.empty()) mask_dims = {1};
+        mask_step = mask_dims.back() == 1 ? 0 : 1;
+        if (mask_step && mask_dims.back() != T) return fallback(ctx);
+        mask_dims.back() = 1;
+        mask_row = broadcastOffsets(row_dims, mask_dims);  // in units of the mask's rows
+        if (mask_step)
+            for (auto& o : mask_row) o *= T;
     }
     Tensor out = ctx.output(0, DType::F32, out_dims);
     const float *pq = q.data<float>(), *pk = kt.data<float>(), *pv = v.data<float>(), *pm = mask ? mask->data<float>() : nullptr;
@@ -127,8 +137,15 @@ std::vector<Tensor> fastAttention(const KernelContext& ctx) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, bshd ? CblasTrans : CblasNoTrans, static_cast<int>(rows), static_cast<int>(T), static_cast<int>(D), scale,
                         qb, static_cast<int>(ldq), kb, static_cast<int>(ldk), 0.0f, scores.data(), static_cast<int>(T));
             if (pm) {
-                const int64_t* off = mask_off.data() + (bh * S + s0) * T;
-                for (int64_t i = 0; i < rows * T; ++i) scores[i] += pm[off[i]];
+                for (int64_t r = 0; r < rows; ++r) {
+                    const float* m = pm + mask_row[static_cast<size_t>(bh * S + s0 + r)];
+                    float* sr = scores.data() + r * T;
+                    if (mask_step) {
+                        for (int64_t t = 0; t < T; ++t) sr[t] += m[t];
+                    } else {
+                        for (int64_t t = 0; t < T; ++t) sr[t] += m[0];
+                    }
+                }
             }
             softmaxRows(scores.data(), rows, T);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(E), static_cast<int>(T), 1.0f, scores.data(),
