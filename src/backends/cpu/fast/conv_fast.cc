@@ -138,7 +138,7 @@ std::vector<Tensor> dnnlGemmConv(const KernelContext& ctx) { return gemmConvWith
 // rows (a zero row where they fall into the padding). Interior columns use a fixed-size tap
 // loop the compiler unrolls and vectorizes across the row; border columns check bounds.
 template <int K, int S>
-void depthwiseRow(float* yr, const float* const* rows, const float* wc, int64_t OW, int64_t W, int64_t pl) {
+__attribute__((always_inline)) inline void depthwiseRowBody(float* yr, const float* const* rows, const float* wc, int64_t OW, int64_t W, int64_t pl) {
     auto border = [&](int64_t ow) {
         float acc = 0.0f;
         for (int kh = 0; kh < K; ++kh)
@@ -163,14 +163,31 @@ void depthwiseRow(float* yr, const float* const* rows, const float* wc, int64_t 
     for (int64_t ow = hi; ow < OW; ++ow) border(ow);
 }
 
+// The row kernel compiled twice: for the baseline ISA and, chosen at run time, for AVX2 + FMA
+// (the library is built for generic x86-64, so the vectorized interior would be 4-wide SSE).
+template <int K, int S>
+void depthwiseRow(float* yr, const float* const* rows, const float* wc, int64_t OW, int64_t W, int64_t pl) {
+    depthwiseRowBody<K, S>(yr, rows, wc, OW, W, pl);
+}
+template <int K, int S>
+__attribute__((target("avx2,fma"))) void depthwiseRowAvx2(float* yr, const float* const* rows, const float* wc, int64_t OW, int64_t W, int64_t pl) {
+    depthwiseRowBody<K, S>(yr, rows, wc, OW, W, pl);
+}
+
 using DepthwiseRowFn = void (*)(float*, const float* const*, const float*, int64_t, int64_t, int64_t);
+
+bool avx2Available() {
+    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return yes;
+}
 
 DepthwiseRowFn specializedDepthwise(const Conv2d& g) {
     if (g.dh != 1 || g.dw != 1 || g.KH != g.KW || g.sh != g.sw) return nullptr;
-    if (g.KH == 3 && g.sh == 1) return depthwiseRow<3, 1>;
-    if (g.KH == 3 && g.sh == 2) return depthwiseRow<3, 2>;
-    if (g.KH == 5 && g.sh == 1) return depthwiseRow<5, 1>;
-    if (g.KH == 5 && g.sh == 2) return depthwiseRow<5, 2>;
+    const bool avx2 = avx2Available();
+    if (g.KH == 3 && g.sh == 1) return avx2 ? depthwiseRowAvx2<3, 1> : depthwiseRow<3, 1>;
+    if (g.KH == 3 && g.sh == 2) return avx2 ? depthwiseRowAvx2<3, 2> : depthwiseRow<3, 2>;
+    if (g.KH == 5 && g.sh == 1) return avx2 ? depthwiseRowAvx2<5, 1> : depthwiseRow<5, 1>;
+    if (g.KH == 5 && g.sh == 2) return avx2 ? depthwiseRowAvx2<5, 2> : depthwiseRow<5, 2>;
     return nullptr;
 }
 
@@ -242,11 +259,6 @@ struct DirectEpilogue {
     bool keep_nan = false;  // Clip keeps NaN, Relu maps it to 0 (as the reference activations do)
     float lo = 0.0f, hi = 0.0f;
 };
-
-bool avx2Available() {
-    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return yes;
-}
 
 bool supportsDirect(const Node& n, const Graph& g) {
     if (!avx2Available() || !conv2dNode(n) || n.attrs.getInt("group", 1) != 1 || n.inputs.size() < 2) return false;
