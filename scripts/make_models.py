@@ -109,7 +109,8 @@ def transformer():
     inits["g1"] = numpy_helper.from_array((1 + 0.1 * rng.standard_normal(d)).astype(np.float32), "g1")
     inits["be1"] = weight("be1", [d], 0.1)
     consts = {
-        "shape_heads": np.array([1, seq, heads, dh], np.int64), "shape_back": np.array([1, seq, d], np.int64),
+        # -1 for the batch: the block runs at any batch size (as exports with a dynamic batch do).
+        "shape_heads": np.array([-1, seq, heads, dh], np.int64), "shape_back": np.array([-1, seq, d], np.int64),
         "scale": np.array(1.0 / np.sqrt(dh), np.float32), "two": np.array(2.0, np.float32), "eps": np.array(1e-5, np.float32),
         "half": np.array(0.5, np.float32), "one": np.array(1.0, np.float32), "sqrt2": np.array(np.sqrt(2.0), np.float32),
     }
@@ -135,8 +136,8 @@ def transformer():
         N("Erf", ["g0"], ["g1e"]), N("Add", ["g1e", "one"], ["g2"]), N("Mul", ["f1", "g2"], ["g3"]), N("Mul", ["g3", "half"], ["gelu"]),
         N("MatMul", ["gelu", "w2"], ["f2"]), N("Add", ["f2", "b2"], ["f3"]), N("Add", ["ln", "f3"], ["y"]),
     ]
-    g = helper.make_graph(nodes, "transformer_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, d])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, seq, d])], list(inits.values()))
+    g = helper.make_graph(nodes, "transformer_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", seq, d])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", seq, d])], list(inits.values()))
     x = rng.standard_normal((1, seq, d)).astype(np.float32)
     W = {k: arr(v) for k, v in inits.items()}
     xd = x.astype(np.float64)
