@@ -39,9 +39,16 @@ TensorMap loadInputs(const Graph& g, const fs::path& dir) {
     return inputs;
 }
 
-Engine buildCuda(const Graph& g, const std::string& route) {
+// With `inputs`, their shapes are the build's exact profile, so that tactics are timed and
+// recorded even when the model's batch dim is symbolic.
+Engine buildCuda(const Graph& g, const std::string& route, const TensorMap* inputs = nullptr) {
     Builder b(g, "test", "cuda");
     b.setBuildRoute(BuildRoute::parse(route, Builder::space()));
+    if (inputs) {
+        ShapeProfile profile;
+        for (const auto& [name, t] : *inputs) profile[name] = ShapeRange{t.dims(), t.dims(), t.dims()};
+        b.setShapeProfile(profile);
+    }
     return b.build();
 }
 
@@ -92,7 +99,7 @@ TEST(CudaBackend, AttentionTacticsAgree) {
     TensorMap inputs = loadInputs(g, dir);
     auto want = GraphExecutor(g).run(inputs);
     for (const char* t : {"fused", "gemm"}) {
-        Engine e = buildCuda(g, std::string("precision.activations=f32;tactic.cuda.attention=") + t);
+        Engine e = buildCuda(g, std::string("precision.activations=f32;tactic.cuda.attention=") + t, &inputs);
         bool found = false;
         for (const auto& [node, tactic] : e.tactics) found |= tactic == t;
         EXPECT_TRUE(found) << "no attention node recorded tactic " << t;
@@ -149,12 +156,7 @@ TEST(CudaBackend, EngineRoundTripKeepsTactics) {
     Graph g = importOnnxModel(dir / "model.onnx");
     TensorMap inputs = loadInputs(g, dir);
     // Tactics are timed at the profile's opt shapes (the model's batch dim is symbolic).
-    Builder builder(g, "test", "cuda");
-    builder.setBuildRoute(BuildRoute::parse("precision.activations=f32", Builder::space()));
-    ShapeProfile profile;
-    for (const auto& [name, t] : inputs) profile[name] = ShapeRange{t.dims(), t.dims(), t.dims()};
-    builder.setShapeProfile(profile);
-    Engine e = builder.build();
+    Engine e = buildCuda(g, "precision.activations=f32", &inputs);
     bool gemm = false, conv = false;
     for (const auto& [node, tactic] : e.tactics) {
         gemm |= tactic.rfind("lt:", 0) == 0;
