@@ -157,7 +157,8 @@ std::vector<Tensor> modKernel(const KernelContext& ctx) {
             if constexpr (std::is_integral_v<T>) {
                 if (y == 0) ctx.fail("integer modulo by zero");
                 T r = static_cast<T>(x % y);
-                if (!fmod && r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);  // sign of divisor
+                if constexpr (std::is_signed_v<T>)
+                    if (!fmod && r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);  // sign of divisor
                 return r;
             } else {
                 return static_cast<T>(std::fmod(static_cast<double>(x), static_cast<double>(y)));
@@ -175,7 +176,7 @@ std::vector<Tensor> bitShiftKernel(const KernelContext& ctx) {
         using T = typename decltype(tag)::type;
         return broadcastBinary<T, T, T>(a, b, ctx, [&](T x, T y) -> T {
             if constexpr (std::is_integral_v<T>) {
-                if (y >= sizeof(T) * 8) return 0;
+                if (static_cast<uint64_t>(y) >= sizeof(T) * 8) return 0;
                 return static_cast<T>(left ? x << y : x >> y);
             } else {
                 return x;
