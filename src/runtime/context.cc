@@ -1,6 +1,7 @@
 #include "runtime/context.h"
 
 #include <cstring>
+#include <set>
 
 #include "backends/cuda/cuda_executor.h"
 #include "engine/builder.h"
@@ -9,23 +10,50 @@ namespace kiln {
 
 namespace {
 
+// Ops whose output is their input's bytes under another shape (the kernels return a view).
+bool isViewOp(const Node& n) {
+    return n.domain.empty() && (n.op_type == "Reshape" || n.op_type == "Flatten" || n.op_type == "Squeeze" || n.op_type == "Unsqueeze" ||
+                                n.op_type == "Identity");
+}
+
 // First run for a shape signature: keeps the kernels' tensors and records each value's
-// size and lifetime for planning.
+// size and lifetime for planning. A view op's output gets no buffer of its own: it stays a
+// view of its input's, whose lifetime stretches to the view's last use (graph outputs, which
+// leave the arena, are still copied out).
 class SizeRecorder : public ValuePlacer {
 public:
     explicit SizeRecorder(const GraphExecutor& exec) : exec_(exec) {}
     Tensor place(size_t node, const std::string& value, Tensor computed) override {
-        if (exec_.lastUse(value) < exec_.graph().nodes.size()) {  // graph outputs stay out of the arena
+        const size_t last = exec_.lastUse(value), end = exec_.graph().nodes.size();
+        const Node& n = exec_.graph().nodes[node];
+        if (isViewOp(n) && last < end && !n.inputs.empty()) {
+            auto root = request_of_.find(rootOf(n.inputs[0]));
+            if (root != request_of_.end() && requests[root->second].bytes == computed.byteSize()) {
+                view_root_[value] = root->first;
+                views.insert(value);
+                requests[root->second].last_use = std::max(requests[root->second].last_use, last);
+                return computed;
+            }
+        }
+        if (last < end) {  // graph outputs stay out of the arena
+            request_of_[value] = requests.size();
             names.push_back(value);
-            requests.push_back({node, std::max(node, exec_.lastUse(value)), computed.byteSize()});
+            requests.push_back({node, std::max(node, last), computed.byteSize()});
         }
         return computed;
     }
     std::vector<std::string> names;
     std::vector<BufferRequest> requests;
+    std::set<std::string> views;  // values that stay views of another value's buffer
 
 private:
+    std::string rootOf(const std::string& value) const {
+        auto it = view_root_.find(value);
+        return it == view_root_.end() ? value : it->second;
+    }
     const GraphExecutor& exec_;
+    std::map<std::string, size_t> request_of_;
+    std::map<std::string, std::string> view_root_;
 };
 
 std::string shapeSignature(const TensorMap& inputs) {
@@ -39,6 +67,7 @@ std::string shapeSignature(const TensorMap& inputs) {
 // Planned slots for one input-shape signature; values are copied into their slot.
 struct ExecutionContext::Arena : ValuePlacer {
     std::map<std::string, std::pair<size_t, size_t>> slots;  // value -> (offset, bytes)
+    std::set<std::string> views;
     std::shared_ptr<std::byte[]> memory;
     MemoryPlan plan;
     // Fast kernels write straight into their planned slot.
@@ -49,6 +78,7 @@ struct ExecutionContext::Arena : ValuePlacer {
         return Tensor::alias(dtype, dims, memory, it->second.first);
     }
     Tensor place(size_t, const std::string& value, Tensor computed) override {
+        if (views.count(value)) return computed;  // shares its root's slot, alive long enough
         auto it = slots.find(value);
         if (it != slots.end() && computed.raw() == memory.get() + it->second.first) return computed;  // already in its slot
         if (it == slots.end() || computed.byteSize() != it->second.second) {
@@ -119,6 +149,7 @@ std::vector<Tensor> ExecutionContext::run(const TensorMap& inputs) {
         arena->plan = planMemory(recorder.requests, planner_);
         arena->memory = allocateBytes(arena->plan.arena_bytes);
         for (size_t i = 0; i < recorder.names.size(); ++i) arena->slots[recorder.names[i]] = {arena->plan.offsets[i], recorder.requests[i].bytes};
+        arena->views = recorder.views;
         stats_.arena_bytes = arena->plan.arena_bytes;
         stats_.unplanned_bytes = arena->plan.unplanned_bytes;
         arenas_[sig] = std::move(arena);

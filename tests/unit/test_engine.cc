@@ -143,6 +143,33 @@ TEST(ExecutionContext, SeveralThreadsShareOneEngine) {
     for (int t = 0; t < 4; ++t) EXPECT_TRUE(ok[t]) << "thread " << t;
 }
 
+// A Reshape's output stays a view of its input's planned buffer: that buffer must live
+// until the view's last use, though same-sized values are made (and could reuse it) in
+// between. Each run (recording, then two on the planned arena) matches the reference.
+TEST(ExecutionContext, ViewsKeepTheirInputBufferAlive) {
+    Graph g;
+    g.opset = 17;
+    g.inputs = {{"x", DType::F32, Shape::fromDims({4, 8})}};
+    g.initializers["shape"] = Tensor::fromVector<int64_t>({2}, {8, 4});
+    g.initializers["back"] = Tensor::fromVector<int64_t>({2}, {4, 8});
+    g.nodes = {Node{"relu", "Relu", "", {"x"}, {"a"}, {}},        Node{"view", "Reshape", "", {"a", "shape"}, {"v"}, {}},
+               Node{"neg", "Neg", "", {"x"}, {"b1"}, {}},         Node{"exp", "Exp", "", {"b1"}, {"b2"}, {}},
+               Node{"abs", "Abs", "", {"b2"}, {"b3"}, {}},        Node{"sin", "Sin", "", {"b3"}, {"b4"}, {}},
+               Node{"v2", "Reshape", "", {"v", "back"}, {"w"}, {}}, Node{"add", "Add", "", {"b4", "w"}, {"y"}, {}}};
+    g.outputs = {{"y", DType::F32, {}}};
+    Builder b(g, "");
+    b.setBuildRoute(BuildRoute::parse("opt.reshape_chain=off;fold.constants=off", Builder::space()));
+    Engine e = b.build();
+    std::mt19937 rng(3);
+    TensorMap in{{"x", randomTensor({4, 8}, rng)}};
+    const auto want = GraphExecutor(g).run(in);
+    ExecutionContext ctx(e);
+    for (int run = 0; run < 3; ++run) {
+        const auto got = ctx.run(in);
+        for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(compareOutputs(got[i], want[i], "y").max_abs, 0.0) << "run " << run << " output " << i;
+    }
+}
+
 TEST(ExecutionContext, ShapeProfileBoundsInputs) {
     Builder b(importOnnxModel(kModels + "/mlp/model.onnx"), "");
     b.setShapeProfile({{"x", ShapeRange{{1, 64}, {4, 64}, {8, 64}}}});
