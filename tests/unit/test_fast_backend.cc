@@ -206,7 +206,8 @@ TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
             c.node.attrs.set("ceil_mode", ceil);
             expectTacticMatchesReference(c, "fast");
         }
-    for (const Dims& dims : {Dims{2, 3, 8, 8}, Dims{2, 3, 9, 11}}) {  // the 2x2/s2 fast path and odd sizes
+    // The 2x2/s2 fast path (rows of 8 outputs vectorized, the rest scalar) and odd sizes.
+    for (const Dims& dims : {Dims{2, 3, 8, 8}, Dims{2, 3, 9, 11}, Dims{2, 3, 6, 41}}) {
         Case c{node("MaxPool"), {randomTensor(dims, rng)}};
         c.node.attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
         c.node.attrs.set("strides", std::vector<int64_t>{2, 2});
@@ -251,10 +252,11 @@ TEST(FastBackend, EveryTacticParameterListsReferenceAndAuto) {
 // (as PyTorch does), Clip keeps NaN (as ONNX says).
 TEST(FastBackend, NanHandlingMatchesReference) {
     std::mt19937 rng(5);
-    for (const Dims& dims : {Dims{1, 2, 8, 8}, Dims{1, 2, 9, 7}}) {
+    for (const Dims& dims : {Dims{1, 2, 8, 8}, Dims{1, 2, 9, 7}, Dims{1, 2, 4, 40}}) {
         Tensor x = randomTensor(dims, rng);
-        x.data<float>()[3] = NAN;    // second element of a 2x2 window
-        x.data<float>()[2 * 8] = NAN;  // first element of a window's second row
+        const int64_t W = dims[3];
+        x.data<float>()[3] = NAN;      // second element of a 2x2 window
+        x.data<float>()[W + 16] = NAN;  // first element of a window's second row
         Node n = node("MaxPool");
         n.attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
         n.attrs.set("strides", std::vector<int64_t>{2, 2});

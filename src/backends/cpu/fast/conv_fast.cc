@@ -9,6 +9,8 @@
 #include <cblas.h>
 #include <immintrin.h>
 
+#include <cstring>
+
 #include <limits>
 
 #include "backends/cpu/fast/epilogue.h"
@@ -346,13 +348,19 @@ std::vector<Tensor> directConv(const KernelContext& ctx) {
     std::vector<float> wp(static_cast<size_t>(blocks * g.C * KK * kDirectChannels), 0.0f);
     for (int64_t m = 0; m < g.M; ++m)
         for (int64_t ck = 0; ck < g.C * KK; ++ck) wp[((m / kDirectChannels) * g.C * KK + ck) * kDirectChannels + m % kDirectChannels] = w[m * g.C * KK + ck];
-#pragma omp parallel for schedule(static)
+    // Small inputs are padded on one thread: a parallel region would cost more than the copy.
+#pragma omp parallel for schedule(static) if (g.N * g.C * g.H * g.W > 65536)
     for (int64_t nc = 0; nc < g.N * g.C; ++nc)
         for (int64_t h = 0; h < g.H; ++h) {
             const int64_t ph = h + g.pt;
             if (ph < 0 || ph >= Hp) continue;
             const float* src = x + (nc * g.H + h) * g.W;
             float* dst = xp.data() + (nc * Hp + ph) * S * Wp;
+            if (S == 1) {  // one phase: the row's columns that land inside, in one copy
+                const int64_t lo = std::max<int64_t>(0, -g.pl), hi = std::min<int64_t>(g.W, Wp - g.pl);
+                if (hi > lo) std::memcpy(dst + lo + g.pl, src + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+                continue;
+            }
             for (int64_t wcol = 0; wcol < g.W; ++wcol)
                 if (const int64_t pw = wcol + g.pl; pw >= 0 && pw / S < Wp) dst[(pw % S) * Wp + pw / S] = src[wcol];
         }

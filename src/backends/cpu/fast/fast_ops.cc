@@ -1,6 +1,7 @@
 // Fast f32 kernels for normalization, softmax, attention and elementwise chains. Each
 // falls back to the reference kernel for shapes or types it does not cover.
 #include <cblas.h>
+#include <immintrin.h>
 
 #include <cmath>
 #include <cstring>
@@ -239,6 +240,26 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
 // A compare and a select: std::fmax is a libm call per element and drops NaN.
 inline float maxOrNan(float a, float b) { return (b > a || b != b) ? b : a; }
 
+// maxOrNan over 8 lanes: the max, or NaN where either operand is NaN.
+__attribute__((target("avx2"))) inline __m256 maxOrNan8(__m256 a, __m256 b) {
+    return _mm256_blendv_ps(_mm256_max_ps(a, b), _mm256_add_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+}
+
+// Outputs [0, n) of one 2x2 / stride-2 row, 8 at a time from rows r0 and r1; returns how
+// many it wrote (the rest go through the scalar loop).
+__attribute__((target("avx2"))) int64_t maxPool2x2RowAvx2(const float* r0, const float* r1, float* y, int64_t n) {
+    int64_t ow = 0;
+    for (; ow + 8 <= n; ow += 8) {
+        const __m256 a = maxOrNan8(_mm256_loadu_ps(r0 + 2 * ow), _mm256_loadu_ps(r1 + 2 * ow));           // columns 2ow .. 2ow+7
+        const __m256 b = maxOrNan8(_mm256_loadu_ps(r0 + 2 * ow + 8), _mm256_loadu_ps(r1 + 2 * ow + 8));   // 2ow+8 .. 2ow+15
+        // Even and odd columns (lane order a0 a2 b0 b2 | a4 a6 b4 b6), their max, lanes back in order.
+        const __m256 even = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), odd = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+        const __m256 m = maxOrNan8(even, odd);
+        _mm256_storeu_ps(y + ow, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(m), _MM_SHUFFLE(3, 1, 2, 0))));
+    }
+    return ow;
+}
+
 // MaxPool over 2-D f32 NCHW without dilation or Indices output.
 std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
@@ -268,13 +289,15 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
     float* py = y.data<float>();
     if (k[0] == 2 && k[1] == 2 && st[0] == 2 && st[1] == 2 && pads.begin[0] == 0 && pads.begin[1] == 0 && out[0] * 2 <= H && out[1] * 2 <= W) {
         // The common 2x2 / stride-2 window, with no padding inside the image: no bounds checks.
+        static const bool avx2 = __builtin_cpu_supports("avx2");
 #pragma omp parallel for schedule(static) if (N * C * out[0] * out[1] > 16384)
         for (int64_t nc = 0; nc < N * C; ++nc)
             for (int64_t oh = 0; oh < out[0]; ++oh) {
                 const float* r0 = px + (nc * H + 2 * oh) * W;
                 const float* r1 = r0 + W;
                 float* yr = py + (nc * out[0] + oh) * out[1];
-                for (int64_t ow = 0; ow < out[1]; ++ow)
+                const int64_t done = avx2 ? maxPool2x2RowAvx2(r0, r1, yr, out[1]) : 0;
+                for (int64_t ow = done; ow < out[1]; ++ow)
                     yr[ow] = maxOrNan(maxOrNan(r0[2 * ow], r0[2 * ow + 1]), maxOrNan(r1[2 * ow], r1[2 * ow + 1]));
             }
         return {y};
