@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backends/cpu/fast/epilogue.h"
+#include "backends/cpu/fast/sgemm.h"
 #include "backends/cpu/fast/softmax_row.h"
 #include "backends/cpu/fast/tactics.h"
 #include "backends/cpu/reference/kernel_util.h"
@@ -73,6 +74,12 @@ std::vector<Tensor> fastLayerNorm(const KernelContext& ctx) {
     return {y};
 }
 
+#ifdef KILN_WITH_DNNL
+constexpr SgemmFn kAttentionSgemm = dnnlSgemm;
+#else
+constexpr SgemmFn kAttentionSgemm = blasSgemm;
+#endif
+
 // Attention(Q [.., S, D], Kt [.., D, T], V [.., T, E], mask), or with layout "bshd" Q [B, S, H, D],
 // K [B, T, H, D], V [B, T, H, E] -> [B, S, H, E] (the transposes around it folded into the GEMMs'
 // strides). One task per (batch, head, 32 query rows): its scores stay in the thread's cache
@@ -135,8 +142,7 @@ std::vector<Tensor> fastAttention(const KernelContext& ctx) {
             const float* kb = pk + (bshd ? b * T * H * D + h * D : bh * D * T);
             const float* vb = pv + (bshd ? b * T * H * E + h * E : bh * T * E);
             float* ob = po + (bshd ? b * S * H * E + h * E : bh * S * E) + s0 * ldo;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, bshd ? CblasTrans : CblasNoTrans, static_cast<int>(rows), static_cast<int>(T), static_cast<int>(D), scale,
-                        qb, static_cast<int>(ldq), kb, static_cast<int>(ldk), 0.0f, scores.data(), static_cast<int>(T));
+            kAttentionSgemm(false, bshd, rows, T, D, scale, qb, ldq, kb, ldk, 0.0f, scores.data(), T);
             if (pm) {
                 for (int64_t r = 0; r < rows; ++r) {
                     const float* m = pm + mask_row[static_cast<size_t>(bh * S + s0 + r)];
@@ -149,8 +155,7 @@ std::vector<Tensor> fastAttention(const KernelContext& ctx) {
                 }
             }
             softmaxRows(scores.data(), rows, T);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows), static_cast<int>(E), static_cast<int>(T), 1.0f, scores.data(),
-                        static_cast<int>(T), vb, static_cast<int>(ldv), 0.0f, ob, static_cast<int>(ldo));
+            kAttentionSgemm(false, false, rows, E, T, 1.0f, scores.data(), T, vb, ldv, 0.0f, ob, ldo);
         }
     }
     return {out};
