@@ -220,6 +220,14 @@ TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
         c.node.attrs.set("perm", perm);
         expectTacticMatchesReference(c, "fast");
     }
+    for (const Dims& dims : {Dims{2, 37, 70}, Dims{3, 2, 64, 33}}) {  // swapping the last two axes: whole and partial 32 x 32 tiles
+        Case c{node("Transpose"), {randomTensor(dims, rng)}};
+        std::vector<int64_t> perm(dims.size());
+        for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int64_t>(d);
+        std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+        c.node.attrs.set("perm", perm);
+        expectTacticMatchesReference(c, "fast");
+    }
     for (const char* op : {"Gelu", "Relu", "Sigmoid", "Tanh", "Erf", "HardSwish", "LeakyRelu"}) {
         Case act{node(op), {randomTensor({3, 5000}, rng, -4, 4)}};
         expectTacticMatchesReference(act, "fast");

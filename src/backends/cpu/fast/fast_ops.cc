@@ -366,6 +366,22 @@ std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
     const Dims in_strides = stridesOf(x.dims());
     const uint32_t* px = reinterpret_cast<const uint32_t*>(x.raw());
     uint32_t* py = reinterpret_cast<uint32_t*>(y.raw());
+    bool swap_last_two = perm[rank - 1] == static_cast<int64_t>(rank - 2) && perm[rank - 2] == static_cast<int64_t>(rank - 1);
+    for (size_t d = 0; d + 2 < rank; ++d) swap_last_two = swap_last_two && perm[d] == static_cast<int64_t>(d);
+    if (swap_last_two) {  // a batch of R x C matrices: 32 x 32 tiles, each read and written through the cache
+        constexpr int64_t kTile = 32;
+        const int64_t R = x.dims()[rank - 2], C = x.dims()[rank - 1], batch = R * C > 0 ? x.numel() / (R * C) : 0;
+        const int64_t tiles_r = (R + kTile - 1) / kTile, tiles_c = (C + kTile - 1) / kTile;
+#pragma omp parallel for schedule(static) if (y.numel() > 65536)
+        for (int64_t t = 0; t < batch * tiles_r * tiles_c; ++t) {
+            const int64_t b = t / (tiles_r * tiles_c), r0 = t / tiles_c % tiles_r * kTile, c0 = t % tiles_c * kTile;
+            const uint32_t* src = px + b * R * C;
+            uint32_t* dst = py + b * R * C;
+            for (int64_t c = c0; c < std::min(C, c0 + kTile); ++c)
+                for (int64_t r = r0; r < std::min(R, r0 + kTile); ++r) dst[c * R + r] = src[r * C + c];
+        }
+        return {y};
+    }
     const bool rows = perm[rank - 1] == static_cast<int64_t>(rank - 1);
     const size_t outer_rank = rows ? rank - 1 : rank;
     const int64_t row = rows ? out_dims[rank - 1] : 1;
