@@ -133,7 +133,10 @@ void applyEpilogueSerial(float* y, int64_t rows, int64_t cols, const float* bias
 
 void applyEpilogue(float* y, int64_t rows, int64_t cols, const float* bias, bool bias_per_row, const float* residual, const Activation& act) {
     if (!bias && !residual && act.kind == ActKind::None) return;
-    if (rows * cols <= 65536) return applyEpilogueSerial(y, rows, cols, bias, bias_per_row, residual, act);
+    // Adds and clamps are cheap next to a parallel region's cost up to 64K elements; a GELU,
+    // erf, tanh or sigmoid costs tens of operations per element, worth both threads far sooner.
+    const bool cheap = act.kind == ActKind::None || act.kind == ActKind::Relu || act.kind == ActKind::Clip || act.kind == ActKind::LeakyRelu;
+    if (rows * cols <= (cheap ? 65536 : 4096) || rows < 2) return applyEpilogueSerial(y, rows, cols, bias, bias_per_row, residual, act);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
         float* row = y + r * cols;
