@@ -178,14 +178,9 @@ __attribute__((target("avx2,fma"))) void depthwiseRowAvx2(float* yr, const float
 
 using DepthwiseRowFn = void (*)(float*, const float* const*, const float*, int64_t, int64_t, int64_t);
 
-bool avx2Available() {
-    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return yes;
-}
-
 DepthwiseRowFn specializedDepthwise(const Conv2d& g) {
     if (g.dh != 1 || g.dw != 1 || g.KH != g.KW || g.sh != g.sw) return nullptr;
-    const bool avx2 = avx2Available();
+    const bool avx2 = cpuHasAvx2Fma();
     if (g.KH == 3 && g.sh == 1) return avx2 ? depthwiseRowAvx2<3, 1> : depthwiseRow<3, 1>;
     if (g.KH == 3 && g.sh == 2) return avx2 ? depthwiseRowAvx2<3, 2> : depthwiseRow<3, 2>;
     if (g.KH == 5 && g.sh == 1) return avx2 ? depthwiseRowAvx2<5, 1> : depthwiseRow<5, 1>;
@@ -263,7 +258,7 @@ struct DirectEpilogue {
 };
 
 bool supportsDirect(const Node& n, const Graph& g) {
-    if (!avx2Available() || !conv2dNode(n) || n.attrs.getInt("group", 1) != 1 || n.inputs.size() < 2) return false;
+    if (!cpuHasAvx2Fma() || !conv2dNode(n) || n.attrs.getInt("group", 1) != 1 || n.inputs.size() < 2) return false;
     const auto strides = n.attrs.getInts("strides", {1, 1});
     if (strides.size() != 2 || strides[0] != strides[1] || strides[0] < 1 || strides[0] > 2) return false;
     for (int64_t v : n.attrs.getInts("dilations", {1, 1}))

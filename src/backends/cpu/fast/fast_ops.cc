@@ -294,7 +294,7 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
     float* py = y.data<float>();
     if (k[0] == 2 && k[1] == 2 && st[0] == 2 && st[1] == 2 && pads.begin[0] == 0 && pads.begin[1] == 0 && out[0] * 2 <= H && out[1] * 2 <= W) {
         // The common 2x2 / stride-2 window, with no padding inside the image: no bounds checks.
-        static const bool avx2 = __builtin_cpu_supports("avx2");
+        const bool avx2 = cpuHasAvx2Fma();
 #pragma omp parallel for schedule(static) if (N * C * out[0] * out[1] > 16384)
         for (int64_t nc = 0; nc < N * C; ++nc)
             for (int64_t oh = 0; oh < out[0]; ++oh) {

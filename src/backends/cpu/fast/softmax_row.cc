@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/fast/tactics.h"
+
 namespace kiln {
 
 namespace {
@@ -68,8 +70,7 @@ __attribute__((target("avx2,fma"))) void softmaxRowAvx2(float* x, int64_t len) {
 }  // namespace
 
 void softmaxRow(float* x, int64_t len) {
-    static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    if (avx2) softmaxRowAvx2(x, len);
+    if (cpuHasAvx2Fma()) softmaxRowAvx2(x, len);
     else softmaxRowScalar(x, len);
 }
 

@@ -27,6 +27,10 @@ std::vector<ParameterSpec> tacticParameters();
 // The kernel for a node's recorded tactic ("reference" or a fast tactic name).
 KernelFn kernelForTactic(const Node& node, const std::string& tactic);
 
+// Whether this CPU runs the kernels compiled for AVX2 + FMA (chosen at run time: the
+// library itself targets generic x86-64).
+bool cpuHasAvx2Fma();
+
 // Sets the number of threads the fast kernels (and BLAS) use; 0 = all cores.
 void setCpuThreads(int threads);
 int cpuThreads();
