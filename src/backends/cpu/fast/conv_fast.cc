@@ -6,7 +6,6 @@
 //               wins where channels are few and sgemm's setup dominates);
 //   depthwise — one filter per channel, direct loops parallel over channels.
 // All fuse bias, residual and activation (FusedConv) into the epilogue.
-#include <cblas.h>
 #include <immintrin.h>
 
 #include <cstring>

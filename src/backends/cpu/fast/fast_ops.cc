@@ -1,6 +1,5 @@
 // Fast f32 kernels for normalization, softmax, attention and elementwise chains. Each
 // falls back to the reference kernel for shapes or types it does not cover.
-#include <cblas.h>
 #include <immintrin.h>
 
 #include <cmath>
