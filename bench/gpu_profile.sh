@@ -2,14 +2,14 @@
 # Per-kernel GPU time (Nsight Compute, clocks not locked) of one decode step of each model
 # that bench/llm_gpu_bench.py saved, and of one inference of each engine bench/gpu_bench.py
 # built, summed by kernel name (bench/ncu_summary.py). Run on the device machine after those
-# scripts, with scripts/gpu-env sourced. Writes the CSVs and summaries to $OUT (or /tmp).
+# scripts, with scripts/gpu-env sourced. NCU_CACHE=none keeps caches warm between kernels (as run). Writes the CSVs and summaries to $OUT (or /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
 ncu_run() {  # name skip count command...
   local name=$1 skip=$2 count=$3
   shift 3
-  timeout 240 ncu --csv --metrics gpu__time_duration.sum --clock-control none --launch-skip "$skip" --launch-count "$count" "$@" \
+  timeout 240 ncu --csv --metrics gpu__time_duration.sum --clock-control none --cache-control "${NCU_CACHE:-all}" --launch-skip "$skip" --launch-count "$count" "$@" \
     > "$out/ncu-$name.csv" 2> "$out/ncu-$name.err" || { echo "ncu $name failed:"; tail -3 "$out/ncu-$name.err"; }
   echo "== $name: $count kernels after the first $skip"
   python3 bench/ncu_summary.py "$out/ncu-$name.csv" 14 | cut -c1-60,92-

@@ -1,5 +1,6 @@
 #include "llm/decoder_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ir/error.h"
@@ -54,6 +55,17 @@ void rope(float* v, int64_t heads, int64_t dim, int64_t pos, float theta) {
 }
 
 }  // namespace
+
+std::vector<int64_t> LanguageModel::forwardBatchArgmax(PagedKvCache& cache, std::span<const SequenceChunk> chunks) const {
+    const std::vector<float> logits = forwardBatch(cache, chunks);
+    const auto vocab = static_cast<std::ptrdiff_t>(config().vocab);
+    std::vector<int64_t> ids;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+        const auto row = logits.begin() + static_cast<std::ptrdiff_t>(i) * vocab;
+        ids.push_back(std::max_element(row, row + vocab) - row);
+    }
+    return ids;
+}
 
 void checkChunk(const DecoderConfig& c, const PagedKvCache& cache, int64_t seq, std::span<const int64_t> tokens, bool positions_bounded) {
     const int64_t start = cache.length(seq), n = static_cast<int64_t>(tokens.size());

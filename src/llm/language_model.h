@@ -32,6 +32,10 @@ public:
     // chunk per sequence), appends their keys/values, and returns the logits of each
     // chunk's last token, chunk after chunk: [chunks.size()][vocab].
     virtual std::vector<float> forwardBatch(PagedKvCache& cache, std::span<const SequenceChunk> chunks) const = 0;
+    // As forwardBatch, but returns only the argmax of each chunk's logits (the lowest id
+    // among equal maxima): the greedy next tokens. A GPU model finds them on the device and
+    // copies a few ids instead of chunks x vocab logits.
+    virtual std::vector<int64_t> forwardBatchArgmax(PagedKvCache& cache, std::span<const SequenceChunk> chunks) const;
     // "cpu" or the GPU's name.
     virtual std::string device() const = 0;
 };

@@ -21,6 +21,9 @@ public:
     explicit Sampler(const SamplingParams& p);
     // Picks the next token from `logits`; `previous` are the sequence's tokens so far.
     int64_t next(std::span<const float> logits, std::span<const int64_t> previous);
+    // True when next() is the argmax of the logits alone (lowest id on ties), which a model
+    // can then find where it computes them.
+    bool greedy() const { return params_.temperature == 0.f && params_.repetition_penalty == 1.f; }
 
 private:
     SamplingParams params_;

@@ -101,18 +101,27 @@ bool Scheduler::step(StepStats* stats) {
     }
     std::vector<SequenceChunk> chunks;
     for (auto [i, n] : work) chunks.push_back({running_[i].seq, std::span<const int64_t>(running_[i].tokens).subspan(running_[i].computed, n)});
-    const std::vector<float> all_logits = model_.forwardBatch(cache_, chunks);
+    // When every sequence that samples this step samples greedily, only the argmax ids
+    // come back from the model (no logits copied out).
+    bool argmax_only = true;
+    for (auto [i, n] : work) {
+        const Running& r = running_[i];
+        if (r.computed + n >= static_cast<int64_t>(r.tokens.size()) && !states_.at(r.id).sampler.greedy()) argmax_only = false;
+    }
+    std::vector<float> all_logits;
+    std::vector<int64_t> argmax;
+    if (argmax_only) argmax = model_.forwardBatchArgmax(cache_, chunks);
+    else all_logits = model_.forwardBatch(cache_, chunks);
     const size_t vocab = static_cast<size_t>(model_.config().vocab);
     std::vector<size_t> done;
     for (size_t w = 0; w < work.size(); ++w) {
         auto [i, n] = work[w];
         Running& r = running_[i];
-        const std::span<const float> logits(all_logits.data() + w * vocab, vocab);
         r.computed += n;
         (n == 1 && r.computed > static_cast<int64_t>(states_.at(r.id).request.prompt.size()) ? st.decode_tokens : st.prefill_tokens) += n;
         if (r.computed < static_cast<int64_t>(r.tokens.size())) continue;  // prompt chunk: no token yet
         RequestState& s = states_.at(r.id);
-        const int64_t token = s.sampler.next(logits, r.tokens);
+        const int64_t token = argmax_only ? argmax[w] : s.sampler.next(std::span<const float>(all_logits.data() + w * vocab, vocab), r.tokens);
         s.output.push_back(token);
         r.tokens.push_back(token);
         if (on_token) on_token(r.id, token);

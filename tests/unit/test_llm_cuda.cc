@@ -43,11 +43,12 @@ TEST_P(LlmCuda, LogitsMatchTheCpuDecoderInMixedAndDecodeSteps) {
     const auto w = randomWeights(c, 3, 0.05f);
     const DecoderModel cpu(c, w);
     const auto gpu = makeCudaDecoderModel(c, w);
-    PagedKvCache cpu_cache = cpu.makeCache(4, 80), gpu_cache = gpu->makeCache(4, 80);
+    PagedKvCache cpu_cache = cpu.makeCache(4, 80), gpu_cache = gpu->makeCache(4, 80), argmax_cache = gpu->makeCache(4, 80);
     // Three sequences: prompts of 13, 7 and 1 tokens, then decode steps (graph-captured).
     std::vector<std::vector<int64_t>> seqs = {tokens(13, 1, c.vocab), tokens(7, 2, c.vocab), tokens(1, 3, c.vocab)};
     std::vector<int64_t> cpu_ids, gpu_ids;
     for (size_t s = 0; s < seqs.size(); ++s) cpu_ids.push_back(cpu_cache.addSequence()), gpu_ids.push_back(gpu_cache.addSequence());
+    for (size_t s = 0; s < seqs.size(); ++s) ASSERT_EQ(argmax_cache.addSequence(), gpu_ids[s]);
     for (int step = 0; step < 6; ++step) {
         std::vector<SequenceChunk> cpu_chunks, gpu_chunks;
         std::vector<std::vector<int64_t>> run(seqs.size());
@@ -55,17 +56,21 @@ TEST_P(LlmCuda, LogitsMatchTheCpuDecoderInMixedAndDecodeSteps) {
             run[s] = step == 0 ? seqs[s] : std::vector<int64_t>{(step * 11 + static_cast<int64_t>(s) * 5) % c.vocab};
             ASSERT_TRUE(cpu_cache.reserve(cpu_ids[s], static_cast<int64_t>(run[s].size())));
             ASSERT_TRUE(gpu_cache.reserve(gpu_ids[s], static_cast<int64_t>(run[s].size())));
+            ASSERT_TRUE(argmax_cache.reserve(gpu_ids[s], static_cast<int64_t>(run[s].size())));
             cpu_chunks.push_back({cpu_ids[s], run[s]});
             gpu_chunks.push_back({gpu_ids[s], run[s]});
         }
         const auto want = cpu.forwardBatch(cpu_cache, cpu_chunks);
         const auto got = gpu->forwardBatch(gpu_cache, gpu_chunks);
+        const auto ids = gpu->forwardBatchArgmax(argmax_cache, gpu_chunks);  // the same kernels, then the device argmax
         ASSERT_EQ(got.size(), want.size());
+        ASSERT_EQ(ids.size(), seqs.size());
         for (size_t s = 0; s < seqs.size(); ++s) {
             const std::span<const float> g(got.data() + s * c.vocab, c.vocab), r(want.data() + s * c.vocab, c.vocab);
             EXPECT_LT(relativeL2(g, r), 2e-2) << "step " << step << " sequence " << s;
             // The GPU's top token is the CPU's, or within f16 error of it (a near tie).
             const auto top = std::max_element(g.begin(), g.end()) - g.begin();
+            EXPECT_EQ(ids[s], top) << "step " << step << " sequence " << s << ": device argmax";
             const float best = *std::max_element(r.begin(), r.end());
             EXPECT_LT(best - r[top], 2e-2f * (std::abs(best) + 1.f)) << "step " << step << " sequence " << s << ": GPU picks " << top;
         }

@@ -88,7 +88,7 @@ struct LayerWeights {
 // Per-step activation buffers, sized for a token and chunk capacity.
 struct Activations {
     int64_t tokens = 0, chunks = 0;
-    DeviceBuffer x, h, qkv, q, att, proj, mlp, mlp_act, logits, meta;
+    DeviceBuffer x, h, qkv, q, att, proj, mlp, mlp_act, logits, ids, meta;
 };
 
 class CudaDecoderModel : public LanguageModel {
@@ -140,6 +140,23 @@ public:
     }
 
     std::vector<float> forwardBatch(PagedKvCache& cache, std::span<const SequenceChunk> chunks) const override {
+        const int64_t S = run(cache, chunks, false);
+        const size_t V = static_cast<size_t>(config_.vocab);
+        const float* logits = pinned_logits_.as<float>();
+        return std::vector<float>(logits, logits + S * V);
+    }
+
+    std::vector<int64_t> forwardBatchArgmax(PagedKvCache& cache, std::span<const SequenceChunk> chunks) const override {
+        const int64_t S = run(cache, chunks, true);
+        const int32_t* ids = pinned_logits_.as<int32_t>();
+        return std::vector<int64_t>(ids, ids + S);
+    }
+
+private:
+    // One step: uploads the metadata, runs (or replays) the step and copies back the logits,
+    // or with `argmax` each chunk's argmax id, to pinned_logits_; appends the chunks to the
+    // cache. Returns the chunk count.
+    int64_t run(PagedKvCache& cache, std::span<const SequenceChunk> chunks, bool argmax) const {
         check(cache.device_storage != nullptr, "the GPU decoder needs a KV cache made by its makeCache");
         const int64_t S = static_cast<int64_t>(chunks.size());
         int64_t T = 0;
@@ -176,15 +193,16 @@ public:
         void* pool = cache.device_storage.get();
         // A batch size's first decode step runs eagerly (kernels and cuBLAS load lazily, which a
         // capture must not see); the second is captured, later ones replay.
-        const bool replay = decode_only && options_.cuda_graphs && profiler_.mode() != cuda::StepProfiler::Mode::Stages && !eager_sizes_.insert(S).second;
+        const int64_t shape = 2 * S + (argmax ? 1 : 0);  // graphs and first runs per (batch size, argmax)
+        const bool replay = decode_only && options_.cuda_graphs && profiler_.mode() != cuda::StepProfiler::Mode::Stages && !eager_sizes_.insert(shape).second;
         if (replay) {
-            auto it = graphs_.find(S);
+            auto it = graphs_.find(shape);
             if (it == graphs_.end() || it->second.pool != pool || it->second.max_blocks != max_blocks || it->second.block_size != bs) {
                 if (it != graphs_.end()) cudaGraphExecDestroy(it->second.exec), graphs_.erase(it);
                 cudaGraph_t graph;
                 KILN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
                 try {
-                    compute(T, S, max_blocks, bs, pool, cache.numBlocks());
+                    compute(T, S, max_blocks, bs, pool, cache.numBlocks(), argmax);
                 } catch (...) {
                     cudaStreamEndCapture(stream_, &graph);
                     throw;
@@ -193,24 +211,22 @@ public:
                 Captured cap{nullptr, pool, max_blocks, bs};
                 KILN_CUDA_CHECK(cudaGraphInstantiate(&cap.exec, graph, 0));
                 cudaGraphDestroy(graph);
-                it = graphs_.emplace(S, cap).first;
+                it = graphs_.emplace(shape, cap).first;
             }
             KILN_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
         } else {
-            compute(T, S, max_blocks, bs, pool, cache.numBlocks());
+            compute(T, S, max_blocks, bs, pool, cache.numBlocks(), argmax);
         }
         const size_t V = static_cast<size_t>(config_.vocab);
         profiler_.stage(stream_, "logits copy");
-        KILN_CUDA_CHECK(cudaMemcpyAsync(pinned_logits_.ptr, act_.logits.ptr, S * V * 4, cudaMemcpyDeviceToHost, stream_));
+        KILN_CUDA_CHECK(cudaMemcpyAsync(pinned_logits_.ptr, argmax ? act_.ids.ptr : act_.logits.ptr, argmax ? S * 4 : S * V * 4, cudaMemcpyDeviceToHost, stream_));
         profiler_.stepEnd(stream_);
         KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
         profiler_.stepDone(decode_only);
         for (const auto& c : chunks) cache.append(c.seq, c.tokens);
-        const float* logits = pinned_logits_.as<float>();
-        return std::vector<float>(logits, logits + S * V);
+        return S;
     }
 
-private:
     struct Captured {
         cudaGraphExec_t exec;
         void* pool;
@@ -293,7 +309,7 @@ private:
     }
 
     // The whole step on stream_, reading metadata from act_.meta (capturable).
-    void compute(int64_t T, int64_t S, int max_blocks, int64_t bs, void* pool, int64_t num_blocks) const {
+    void compute(int64_t T, int64_t S, int max_blocks, int64_t bs, void* pool, int64_t num_blocks, bool argmax) const {
         using In = cuda::SmallGemmInput;
         using Out = cuda::SmallGemmOutput;
         const DecoderConfig& c = config_;
@@ -325,6 +341,7 @@ private:
         }
         // Only each chunk's last token needs logits: final norm of those rows, LM head.
         linear(small, S, c.vocab, H, *lm_head_, {In::Norm, x, final_w_.as<float>(), final_b_.as<float>(), m.last_token}, outputTo(Out::Float, act_.logits.ptr), "lm head");
+        if (argmax) cuda::launchArgmax(static_cast<int>(S), static_cast<int>(c.vocab), act_.logits.as<float>(), act_.ids.as<int32_t>(), stream_);
         KILN_CUDA_CHECK(cudaGetLastError());
     }
 
@@ -348,6 +365,7 @@ private:
             act_.mlp = DeviceBuffer(t * 2 * I * 2);
             act_.mlp_act = DeviceBuffer(t * I * 2);
             act_.logits = DeviceBuffer(s * c.vocab * 4);
+            act_.ids = DeviceBuffer(s * 4);
             max_blocks_ = std::max(max_blocks_, max_blocks);
             act_.meta = DeviceBuffer((4 * t + s + s * max_blocks_) * 4);
             pinned_meta_.ensure((4 * t + s + s * max_blocks_) * 4);

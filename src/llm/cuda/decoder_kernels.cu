@@ -209,6 +209,34 @@ __global__ void mlpActivationKernel(int I, const __half* in, const __half* bias,
     }
 }
 
+__global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
+    waitForPredecessor();
+    __shared__ float best_value[32];
+    __shared__ int best_index[32];
+    const float* row = x + int64_t(blockIdx.x) * n;
+    float v = -INFINITY;
+    int at = n;  // no candidate yet
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        if (row[j] > v || (at == n && row[j] == v)) v = row[j], at = j;  // strided: the first max per thread
+    auto better = [](float v2, int i2, float v1, int i1) { return v2 > v1 || (v2 == v1 && i2 < i1); };
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, at, o);
+        if (better(ov, oi, v, at)) v = ov, at = oi;
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) best_value[warp] = v, best_index[warp] = at;
+    __syncthreads();
+    if (warp > 0) return;
+    v = lane < int(blockDim.x / 32) ? best_value[lane] : -INFINITY, at = lane < int(blockDim.x / 32) ? best_index[lane] : n;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, at, o);
+        if (better(ov, oi, v, at)) v = ov, at = oi;
+    }
+    if (lane == 0) ids[blockIdx.x] = at < n ? at : 0;  // all NaN: id 0
+}
+
 // One resident wave of blocks (as many as fit on each SM at this shared-memory size): the
 // warps stride over the tasks, so no block waits for another to leave.
 template <int R, int P>
@@ -271,6 +299,10 @@ bool prepareSmallGemm(int max_k) {
 void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
     if (out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv) launchSmallGemmPairs<2>(rows, N, K, W, in, out, sms, s);
     else launchSmallGemmPairs<1>(rows, N, K, W, in, out, sms, s);
+}
+
+void launchArgmax(int rows, int n, const float* x, int32_t* ids, cudaStream_t s) {
+    launchDependent(argmaxKernel, dim3(rows), dim3(1024), 0, s, n, x, ids);
 }
 
 void launchMlpActivation(int T, int I, const __half* in, const __half* bias, bool swiglu, __half* out, cudaStream_t s) {
