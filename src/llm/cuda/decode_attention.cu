@@ -14,12 +14,12 @@ namespace kiln::llm::cuda {
 namespace {
 
 constexpr int kAttentionThreads = 256;
-constexpr int kKeysInFlight = 4;  // keys per group whose loads are issued together
 // Below this many keys a split is not worth its combine step (two more dependent trips to
 // memory): one CTA's 32 groups take 256 keys in two rounds of loads.
 constexpr int kMinKeysPerSplit = 256;
 
-template <int D>
+// kKeysInFlight: keys per group whose loads are issued together.
+template <int D, int kKeysInFlight>
 __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale,
                                                                           AttentionScratch scratch, __half* out) {
     waitForPredecessor();
@@ -125,8 +125,11 @@ void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, 
     int splits = 1;
     if (scratch.partials && T * heads <= scratch.capacity) splits = std::clamp((2 * scratch.sms + T * heads - 1) / (T * heads), 1, kMaxAttentionSplits);
     const dim3 grid(heads, T, splits);
-    if (kv.head_dim == 64) launchDependent(pagedAttentionKernel<64>, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, out);
-    else launchDependent(pagedAttentionKernel<128>, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, out);
+    // Keys in flight per group: 8 takes a 256-key context (head dim 64) in one round of loads.
+    static const bool eight = decoderKnob("ATTENTION_KEYS", 4) == 8;
+    auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, out); };
+    if (kv.head_dim == 64) eight ? run(pagedAttentionKernel<64, 8>) : run(pagedAttentionKernel<64, 4>);
+    else eight ? run(pagedAttentionKernel<128, 8>) : run(pagedAttentionKernel<128, 4>);
 }
 
 }  // namespace kiln::llm::cuda

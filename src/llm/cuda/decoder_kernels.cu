@@ -104,11 +104,11 @@ __global__ void addNormKernel(int H, const int32_t* row_map, float* x, const __h
 // (P = 2 for the interleaved pairs) streams those weight rows with 16-byte loads, the first
 // task's issued before waiting for the previous kernel; the block's input rows, made by the
 // prologue (copy or norm), sit in shared memory; the epilogue stores or fuses per kind.
-template <int R, int P>
+// U: 16-byte weight loads in flight per lane and row (a chunk of 256 U bytes of a row).
+template <int R, int P, int U>
 __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out) {
     extern __shared__ __align__(16) __half xs[];  // [rows][K]
     __shared__ float shared[32];
-    constexpr int U = 8;  // 16-byte weight loads in flight per lane and row
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, K8 = K / 8, tasks = N / P;
     const int first = blockIdx.x * warps + warp;
     uint4 wv[P][U];
@@ -160,6 +160,8 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
                 }
             }
         }
+        // The next task's first chunk is in flight during this task's reduction and epilogue.
+        if (task + gridDim.x * warps < tasks) load(task + gridDim.x * warps, lane), loaded = true;
 #pragma unroll
         for (int p = 0; p < P; ++p)
 #pragma unroll
@@ -239,28 +241,49 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 
 // One resident wave of blocks (as many as fit on each SM at this shared-memory size): the
 // warps stride over the tasks, so no block waits for another to leave.
-template <int R, int P>
+// A resident wave of blocks: as many as fit on each SM at this shared-memory size, or
+// fewer (KILN_LLM_GEMV_CTAS_PER_SM), which leaves room on each SM for the next kernel's
+// blocks to start early and issue their weight loads; the warps stride over the tasks.
+template <int R, int P, int U>
 void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
+    static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
     const int warps = kBlockThreads / 32, tasks = N / P;
     const size_t smem = size_t(rows) * K * 2;
     int per_sm = 1;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P>, kBlockThreads, smem);
-    const int blocks = std::min((tasks + warps - 1) / warps, std::max(per_sm, 1) * sms);
-    launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P, U>, kBlockThreads, smem);
+    per_sm = std::max(per_sm, 1);
+    if (cap > 0) per_sm = std::min(per_sm, cap);
+    const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
+    launchDependent(smallGemmKernel<R, P, U>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out);
+}
+
+// Long rows of single-row tasks (the down projection's K = 5632) take 16 loads per lane in
+// flight instead of 8: fewer dependent trips to memory per row (KILN_LLM_GEMV_WIDE=0: off).
+template <int R, int P>
+void launchSmallGemmChunks(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
+    static const bool wide = decoderKnob("GEMV_WIDE", 1) != 0;
+    if constexpr (P == 1)
+        if (wide && K > 32 * 8 * 8) return launchSmallGemmRows<R, P, 16>(rows, N, K, W, in, out, sms, s);
+    launchSmallGemmRows<R, P, 8>(rows, N, K, W, in, out, sms, s);
 }
 
 template <int P>
 void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
-    if (rows == 1) launchSmallGemmRows<1, P>(rows, N, K, W, in, out, sms, s);
-    else if (rows == 2) launchSmallGemmRows<2, P>(rows, N, K, W, in, out, sms, s);
-    else launchSmallGemmRows<4, P>(rows, N, K, W, in, out, sms, s);
+    if (rows == 1) launchSmallGemmChunks<1, P>(rows, N, K, W, in, out, sms, s);
+    else if (rows == 2) launchSmallGemmChunks<2, P>(rows, N, K, W, in, out, sms, s);
+    else launchSmallGemmChunks<4, P>(rows, N, K, W, in, out, sms, s);
+}
+
+template <int R, int P>
+bool allowSmallGemmSmemRows(int bytes) {
+    if (cudaFuncSetAttribute(smallGemmKernel<R, P, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) return false;
+    if constexpr (P == 1) return cudaFuncSetAttribute(smallGemmKernel<R, P, 16>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
+    return true;
 }
 
 template <int P>
 bool allowSmallGemmSmem(int bytes) {
-    return cudaFuncSetAttribute(smallGemmKernel<1, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
-           cudaFuncSetAttribute(smallGemmKernel<2, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
-           cudaFuncSetAttribute(smallGemmKernel<4, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
+    return allowSmallGemmSmemRows<1, P>(bytes) && allowSmallGemmSmemRows<2, P>(bytes) && allowSmallGemmSmemRows<4, P>(bytes);
 }
 
 }  // namespace

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Batch-1 decode time per token of each model bench/llm_gpu_bench.py saved, under several
+# settings of the decode kernels' knobs (KILN_LLM_* environment variables), interleaved over
+# rounds so that drift hits every setting alike. Run on the device machine after that script,
+# with scripts/gpu-env sourced.
+# Usage: bench/llm_decode_ab.sh ROUNDS "NAME=V ..." "NAME=V ..." ...   (an empty string: defaults)
+set -uo pipefail
+rounds=$1
+shift
+declare -A sum
+for ((r = 0; r < rounds; ++r)); do
+  for d in /tmp/kiln_llm_bench/*/; do
+    [ -f "$d/config.json" ] || continue
+    for setting in "$@"; do
+      ms=$(env $setting "$KILN_BIN" bench-llm "$d" --target cuda --requests 2 --concurrency 1 --input-len 128 --output-len 128 \
+        --max-batch-size 1 --max-num-tokens 256 --num-blocks 64 --json | python3 -c "import json,sys; print(json.load(sys.stdin)['tpot_ms']['median'])")
+      key="$(basename "$d") [${setting:-defaults}]"
+      sum[$key]="${sum[$key]:-} $ms"
+    done
+  done
+done
+printf '%-60s %s\n' "model [setting]" "b1 ms/token per round (median of each run)"
+for key in "${!sum[@]}"; do printf '%-60s %s\n' "$key" "${sum[$key]}"; done | sort
