@@ -16,12 +16,13 @@ namespace {
 constexpr int kAttentionThreads = 256;
 // Below this many keys a split is not worth its combine step (two more dependent trips to
 // memory): one CTA's 32 groups take 256 keys in two rounds of loads.
+// (KILN_LLM_ATTENTION_MIN_SPLIT changes it for A/B runs.)
 constexpr int kMinKeysPerSplit = 256;
 
 // kKeysInFlight: keys per group whose loads are issued together.
 template <int D, int kKeysInFlight>
 __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale,
-                                                                          AttentionScratch scratch, __half* out) {
+                                                                          AttentionScratch scratch, int min_split, __half* out) {
     waitForPredecessor();
     constexpr int kLanesPerKey = D / 8, kGroups = kAttentionThreads / kLanesPerKey;
     __shared__ float group_out[kGroups][D + 1];
@@ -33,7 +34,7 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
     const int len = m.positions[t] + 1;
     // This split's keys, in whole rounds of kGroups keys and at least kMinKeysPerSplit: a
     // short context stays in one CTA (no combine), splits past the context's end leave.
-    const int per_split = max(kMinKeysPerSplit, ((len + splits - 1) / splits + kGroups - 1) / kGroups * kGroups);
+    const int per_split = max(min_split, ((len + splits - 1) / splits + kGroups - 1) / kGroups * kGroups);
     const int active = (len + per_split - 1) / per_split;
     if (split >= active) return;
     const int begin = split * per_split, end = min(len, begin + per_split);
@@ -127,7 +128,8 @@ void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, 
     const dim3 grid(heads, T, splits);
     // Keys in flight per group: 8 takes a 256-key context (head dim 64) in one round of loads.
     static const bool eight = decoderKnob("ATTENTION_KEYS", 4) == 8;
-    auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, out); };
+    static const int min_split = std::max(32, decoderKnob("ATTENTION_MIN_SPLIT", kMinKeysPerSplit));
+    auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, min_split, out); };
     if (kv.head_dim == 64) eight ? run(pagedAttentionKernel<64, 8>) : run(pagedAttentionKernel<64, 4>);
     else eight ? run(pagedAttentionKernel<128, 8>) : run(pagedAttentionKernel<128, 4>);
 }
