@@ -11,6 +11,12 @@
 #include "llm/scheduler.h"
 #include "llm_test_models.h"
 
+#ifdef KILN_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "llm/cuda/decoder_kernels.h"
+#endif
+
 using namespace kiln;
 using namespace kiln::llm;
 using namespace kiln::llm::testing;
@@ -129,6 +135,32 @@ TEST_P(LlmCuda, LongContextDecodeMatchesTheCpuOnBothGemmPaths) {
 
 INSTANTIATE_TEST_SUITE_P(Families, LlmCuda, ::testing::Values(Family::Gpt2, Family::Llama),
                          [](const auto& info) { return std::string(info.param == Family::Gpt2 ? "Gpt2" : "Llama"); });
+
+#ifdef KILN_WITH_CUDA
+// The device argmax behind greedy steps: GPT-2's vocabulary, the lowest id among equal
+// maxima (far apart, so different threads and warps hold them), NaNs never winning.
+TEST(LlmCudaArgmax, LowestIdAmongEqualMaximaAndNaNsIgnored) {
+    if (!gpuPresent()) GTEST_SKIP() << "no CUDA GPU here: the device argmax test is skipped";
+    const int n = 50257, rows = 4;
+    std::vector<float> x(static_cast<size_t>(rows) * n);
+    uint32_t state = 7;
+    for (auto& v : x) v = static_cast<float>((state = state * 1664525u + 1013904223u) >> 8) / 16777216.f * 20.f - 10.f;
+    x[0 * n + 41000] = 30.f, x[0 * n + 777] = 30.f;                                 // tie: 777 wins
+    x[1 * n + 5] = std::nanf(""), x[1 * n + 9] = 50.f, x[1 * n + 50256] = 50.f;  // tie: 9 wins
+    x[2 * n + 50256] = 11.f;                                                         // the last id
+    x[3 * n + 0] = 10.5f;                                                            // the first id
+    float* dx = nullptr;
+    int32_t* dids = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dx), x.size() * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dids), rows * 4), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    llm::cuda::launchArgmax(rows, n, dx, dids, nullptr);
+    std::vector<int32_t> ids(rows);
+    ASSERT_EQ(cudaMemcpy(ids.data(), dids, rows * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(dx), cudaFree(dids);
+    EXPECT_EQ(ids, (std::vector<int32_t>{777, 9, 50256, 0}));
+}
+#endif
 
 TEST(LlmCudaNoDevice, TargetCudaFailsWithOneClearError) {
     if (gpuPresent()) GTEST_SKIP() << "a GPU is present";
