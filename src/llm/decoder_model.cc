@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "ir/error.h"
-#include "llm/safetensors.h"
+#include "llm/onnx_decoder.h"
 
 namespace kiln::llm {
 
@@ -158,7 +158,8 @@ DecoderModel::DecoderModel(DecoderConfig config, const std::map<std::string, Ten
 }
 
 DecoderModel DecoderModel::load(const std::filesystem::path& dir) {
-    return DecoderModel(DecoderConfig::load(dir / "config.json"), readSafetensors(dir / "model.safetensors"));
+    DecoderWeights w = loadDecoderWeights(dir);
+    return DecoderModel(w.config, w.weights);
 }
 
 PagedKvCache DecoderModel::makeCache(int64_t block_size, int64_t num_blocks) const {

@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "ir/error.h"
-#include "llm/safetensors.h"
+#include "llm/onnx_decoder.h"
 
 namespace kiln::llm {
 
@@ -122,7 +122,8 @@ TensorParallelCpuModel::TensorParallelCpuModel(const DecoderConfig& c, const Wei
 TensorParallelCpuModel::~TensorParallelCpuModel() = default;
 
 std::unique_ptr<TensorParallelCpuModel> TensorParallelCpuModel::load(const std::filesystem::path& dir, int world) {
-    return std::make_unique<TensorParallelCpuModel>(DecoderConfig::load(dir / "config.json"), readSafetensors(dir / "model.safetensors"), world);
+    DecoderWeights w = loadDecoderWeights(dir);
+    return std::make_unique<TensorParallelCpuModel>(w.config, w.weights, world);
 }
 
 PagedKvCache TensorParallelCpuModel::makeCache(int64_t block_size, int64_t num_blocks) const {

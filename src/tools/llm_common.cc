@@ -11,7 +11,8 @@ namespace kiln::tools {
 
 LoadedLlm loadLlm(const std::string& dir, const LlmTarget& target) {
     namespace fs = std::filesystem;
-    check(fs::is_directory(dir), dir + ": not a folder (expected config.json and model.safetensors)");
+    check(fs::is_directory(dir) || (fs::is_regular_file(dir) && fs::path(dir).extension() == ".onnx"),
+          dir + ": not a model folder (config.json and model.safetensors, or model.onnx) nor an .onnx file");
     LoadedLlm m;
     check(target.tp >= 1, "--tp must be at least 1");
     // GPU tensor parallelism needs one GPU per shard and NCCL between them; no multi-GPU
@@ -21,7 +22,7 @@ LoadedLlm loadLlm(const std::string& dir, const LlmTarget& target) {
     if (target.device == "cuda") m.model = llm::loadCudaDecoderModel(dir);
     else if (target.tp > 1) m.model = llm::TensorParallelCpuModel::load(dir, target.tp);
     else m.model = std::make_unique<llm::DecoderModel>(llm::DecoderModel::load(dir));
-    m.tokenizer = llm::loadTokenizer(dir);
+    m.tokenizer = llm::loadTokenizer(fs::is_directory(dir) ? fs::path(dir) : fs::path(dir).parent_path());
     return m;
 }
 

@@ -15,7 +15,7 @@
 #include "llm/cuda/decoder_kernels.h"
 #include "llm/cuda/step_profiler.h"
 #include "llm/decoder_model.h"
-#include "llm/safetensors.h"
+#include "llm/onnx_decoder.h"
 
 namespace kiln::llm {
 
@@ -461,7 +461,8 @@ std::unique_ptr<LanguageModel> makeCudaDecoderModel(const DecoderConfig& config,
 }
 
 std::unique_ptr<LanguageModel> loadCudaDecoderModel(const std::filesystem::path& dir, CudaDecoderOptions options) {
-    return makeCudaDecoderModel(DecoderConfig::load(dir / "config.json"), readSafetensors(dir / "model.safetensors"), options);
+    DecoderWeights w = loadDecoderWeights(dir);
+    return makeCudaDecoderModel(w.config, w.weights, options);
 }
 
 }  // namespace kiln::llm

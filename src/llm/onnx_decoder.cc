@@ -1,0 +1,225 @@
+#include "llm/onnx_decoder.h"
+
+#include <algorithm>
+#include <set>
+
+#include "ir/error.h"
+#include "llm/decoder_model.h"
+#include "llm/safetensors.h"
+#include "onnx_import/importer.h"
+
+namespace kiln::llm {
+
+namespace {
+
+Tensor floatTensor(Dims dims, std::vector<float> values) {
+    Tensor t(DType::F32, std::move(dims));
+    std::copy(values.begin(), values.end(), t.data<float>());
+    return t;
+}
+
+Tensor transposed2d(const Tensor& t) {
+    const int64_t rows = t.dims()[0], cols = t.dims()[1];
+    const std::vector<float> v = toFloats(t);
+    std::vector<float> out(v.size());
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = v[r * cols + c];
+    return floatTensor({cols, rows}, std::move(out));
+}
+
+class GraphReader {
+public:
+    GraphReader(const Graph& g, std::string where) : g_(g), where_(std::move(where)) {
+        for (size_t i = 0; i < g.nodes.size(); ++i) {
+            for (const auto& o : g.nodes[i].outputs) producer_[o] = i;
+            for (const auto& in : g.nodes[i].inputs) consumers_[in].push_back(i);
+        }
+        for (const auto& in : g.runtimeInputs()) inputs_.insert(in.name);
+    }
+
+    const Tensor* constant(const std::string& name) const {
+        auto it = g_.initializers.find(name);
+        return it == g_.initializers.end() || !isFloat(it->second.dtype()) ? nullptr : &it->second;
+    }
+    static bool isFloat(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64; }
+
+    // Whether `value` is a graph input seen through shape-only ops (the token ids).
+    bool fromGraphInput(std::string value) const {
+        static const std::set<std::string> views = {"Reshape", "Unsqueeze", "Squeeze", "Cast", "Flatten", "Identity"};
+        for (int hops = 0; hops < 8; ++hops) {
+            if (inputs_.count(value)) return true;
+            auto it = producer_.find(value);
+            if (it == producer_.end() || !views.count(g_.nodes[it->second].op_type)) return false;
+            value = g_.nodes[it->second].inputs[0];
+        }
+        return false;
+    }
+
+    // A linear node's weight as [in][out] f32 and its bias ([out], zeros when the export
+    // dropped an all-zero bias), or false when `n` is not a linear node with constant weights.
+    bool linear(const Node& n, Tensor* weight, Tensor* bias) const {
+        const Tensor* w = nullptr;
+        bool out_in = false;  // stored [out][in]
+        if (n.op_type == "Gemm" && n.inputs.size() >= 2 && (w = constant(n.inputs[1])) && w->rank() == 2) {
+            check(n.attrs.getInt("transA", 0) == 0 && n.attrs.getFloat("alpha", 1.f) == 1.f && n.attrs.getFloat("beta", 1.f) == 1.f,
+                  where_ + ": " + n.describe() + ": only plain Gemm (no transA, alpha = beta = 1) is read as a linear layer");
+            out_in = n.attrs.getInt("transB", 0) != 0;
+        } else if (n.op_type == "MatMul" && n.inputs.size() == 2) {
+            if (!(w = constant(n.inputs[1]))) {  // a Transpose of a constant [out][in]
+                auto p = producer_.find(n.inputs[1]);
+                if (p == producer_.end()) return false;
+                const Node& t = g_.nodes[p->second];
+                if (t.op_type != "Transpose" || !(w = constant(t.inputs[0])) || w->rank() != 2) return false;
+                out_in = true;
+            }
+            if (w->rank() != 2) return false;
+        } else {
+            return false;
+        }
+        *weight = out_in ? transposed2d(*w) : floatTensor(w->dims(), toFloats(*w));
+        const int64_t out = weight->dims()[1];
+        *bias = Tensor(DType::F32, {out});
+        const Tensor* b = nullptr;
+        if (n.op_type == "Gemm" && n.hasInput(2)) {
+            b = constant(n.inputs[2]);
+            check(b && b->numel() == out, where_ + ": " + n.describe() + ": the bias is not a constant of " + std::to_string(out) + " values");
+        } else if (const Node* add = consumerThroughReshapes(n.outputs[0], "Add")) {  // MatMul + Add(bias)
+            for (const auto& in : add->inputs)
+                if (const Tensor* c = constant(in); c && c->numel() == out && c->dims().back() == out) b = c;
+        }
+        if (b) *bias = floatTensor({out}, toFloats(*b));
+        return true;
+    }
+
+    const Graph& graph() const { return g_; }
+    const std::string& where() const { return where_; }
+
+private:
+    // The single op_type consumer of `value`, looking through Reshapes with one consumer.
+    const Node* consumerThroughReshapes(std::string value, const std::string& op_type) const {
+        for (int hops = 0; hops < 4; ++hops) {
+            auto it = consumers_.find(value);
+            if (it == consumers_.end() || it->second.size() != 1) return nullptr;
+            const Node& c = g_.nodes[it->second[0]];
+            if (c.op_type == op_type) return &c;
+            if (c.op_type != "Reshape") return nullptr;
+            value = c.outputs[0];
+        }
+        return nullptr;
+    }
+
+    const Graph& g_;
+    std::string where_;
+    std::map<std::string, size_t> producer_;
+    std::map<std::string, std::vector<size_t>> consumers_;
+    std::set<std::string> inputs_;
+};
+
+DecoderWeights readGpt2(const GraphReader& r) {
+    const Graph& g = r.graph();
+    const std::string& where = r.where();
+    DecoderWeights out;
+    DecoderConfig& c = out.config;
+    c.family = Family::Gpt2;
+    std::vector<const Node*> norms;
+    std::vector<std::pair<Tensor, Tensor>> linears;
+    std::string wte_name;
+    const Tensor *wte = nullptr, *wpe = nullptr;
+    bool tanh_gelu = false, erf_gelu = false;
+    for (const Node& n : g.nodes) {
+        if (n.op_type == "Gather" && n.inputs.size() == 2) {
+            const Tensor* table = r.constant(n.inputs[0]);
+            if (table && table->rank() == 2) {
+                if (r.fromGraphInput(n.inputs[1])) wte = table, wte_name = n.inputs[0];
+                else wpe = table;
+            }
+        }
+        if (n.op_type == "LayerNormalization") norms.push_back(&n);
+        if (n.op_type == "Tanh") tanh_gelu = true;
+        if (n.op_type == "Erf") erf_gelu = true;
+        Tensor w, b;
+        if (r.linear(n, &w, &b)) linears.emplace_back(std::move(w), std::move(b));
+    }
+    check(wte && wpe, where + ": no token and position embedding lookups (Gather of constant tables) found: not a GPT-2-style decoder");
+    check(norms.size() >= 3 && norms.size() % 2 == 1, where + ": " + std::to_string(norms.size()) + " LayerNormalization nodes; a GPT-2 decoder has 2 per layer plus the final one");
+    check(tanh_gelu && !erf_gelu, where + ": the MLP's GELU is not the tanh form GPT-2 uses (gelu_new)");
+    c.layers = static_cast<int64_t>(norms.size() - 1) / 2;
+    c.vocab = wte->dims()[0], c.hidden = wte->dims()[1], c.max_positions = wpe->dims()[0];
+    check(wpe->dims()[1] == c.hidden, where + ": position table " + wpe->summary() + " does not match the token table " + wte->summary());
+    // Linear layers per block: c_attn, c_proj, c_fc, c_proj; the LM head (tied to the token
+    // table, as GPT-2's is) may follow.
+    check(static_cast<int64_t>(linears.size()) >= 4 * c.layers,
+          where + ": " + std::to_string(linears.size()) + " linear layers with constant weights; " + std::to_string(c.layers) + " blocks need " +
+              std::to_string(4 * c.layers));
+    const int64_t H = c.hidden;
+    c.intermediate = linears[2].first.dims()[1];
+    // Heads: the first Reshape to [batch, seq, heads, head_dim] with heads * head_dim = H.
+    for (const Node& n : g.nodes) {
+        if (n.op_type != "Reshape" || n.inputs.size() < 2) continue;
+        auto s = g.initializers.find(n.inputs[1]);
+        if (s == g.initializers.end() || s->second.numel() != 4) continue;
+        const auto dims = s->second.toInt64Vector();  // one of heads / head_dim may be -1
+        const int64_t heads = dims[2] > 0 ? dims[2] : dims[3] > 0 && H % dims[3] == 0 ? H / dims[3] : 0;
+        if (heads > 0 && H % heads == 0 && (dims[3] <= 0 || dims[3] == H / heads) && (dims[2] > 0 || dims[3] > 0)) {
+            c.heads = heads;
+            break;
+        }
+    }
+    check(c.heads > 0, where + ": no Reshape into attention heads ([batch, seq, heads, head_dim]) found");
+    c.kv_heads = c.heads, c.head_dim = H / c.heads;
+    c.norm_eps = norms[0]->attrs.getFloat("epsilon", 1e-5f);
+    c.tie_embeddings = true;
+    if (static_cast<int64_t>(linears.size()) > 4 * c.layers) {
+        const Tensor& head = linears[4 * c.layers].first;  // [H][vocab]
+        check(head.dims() == Dims{H, c.vocab}, where + ": the LM head " + head.summary() + " is not [hidden, vocab]");
+        const std::vector<float> table = toFloats(*wte), tied = toFloats(transposed2d(head));
+        check(table == tied, where + ": the LM head is not tied to the token embedding (GPT-2 ties them)");
+    }
+    auto& w = out.weights;
+    w["wte.weight"] = floatTensor(wte->dims(), toFloats(*wte));
+    w["wpe.weight"] = floatTensor(wpe->dims(), toFloats(*wpe));
+    auto norm = [&](const Node* n, const std::string& name) {
+        const Tensor* scale = r.constant(n->inputs[1]);
+        const Tensor* shift = n->hasInput(2) ? r.constant(n->inputs[2]) : nullptr;
+        check(scale && scale->numel() == H && (!n->hasInput(2) || (shift && shift->numel() == H)),
+              where + ": " + n->describe() + ": scale and bias must be constants of " + std::to_string(H) + " values");
+        w[name + ".weight"] = floatTensor({H}, toFloats(*scale));
+        w[name + ".bias"] = shift ? floatTensor({H}, toFloats(*shift)) : Tensor(DType::F32, {H});
+    };
+    const char* names[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+    const Dims shapes[4] = {{H, 3 * H}, {H, H}, {H, c.intermediate}, {c.intermediate, H}};
+    for (int64_t l = 0; l < c.layers; ++l) {
+        const std::string p = "h." + std::to_string(l) + ".";
+        norm(norms[2 * l], p + "ln_1");
+        norm(norms[2 * l + 1], p + "ln_2");
+        for (int k = 0; k < 4; ++k) {
+            auto& [weight, bias] = linears[4 * l + k];
+            check(weight.dims() == shapes[k], where + ": block " + std::to_string(l) + "'s " + names[k] + " weight is " + weight.summary() + ", expected [" +
+                                                  std::to_string(shapes[k][0]) + "," + std::to_string(shapes[k][1]) + "]");
+            w[p + names[k] + ".weight"] = weight;
+            w[p + names[k] + ".bias"] = bias;
+        }
+    }
+    norm(norms.back(), "ln_f");
+    return out;
+}
+
+}  // namespace
+
+DecoderWeights decoderFromOnnxGraph(const Graph& g, const std::string& where) {
+    const GraphReader reader(g, where);
+    for (const Node& n : g.nodes)
+        if (n.op_type == "LayerNormalization") return readGpt2(reader);
+    throw Error(where + ": only GPT-2-style decoders (LayerNormalization, learned positions) are read from ONNX; load Llama-family models from their "
+                        "Hugging Face folder (config.json + model.safetensors)");
+}
+
+DecoderWeights loadDecoderWeights(const std::filesystem::path& path) {
+    namespace fs = std::filesystem;
+    if (path.extension() == ".onnx") return decoderFromOnnxGraph(importOnnxModel(path), path.string());
+    if (!fs::exists(path / "model.safetensors") && fs::exists(path / "model.onnx"))
+        return decoderFromOnnxGraph(importOnnxModel(path / "model.onnx"), (path / "model.onnx").string());
+    return {DecoderConfig::load(path / "config.json"), readSafetensors(path / "model.safetensors")};
+}
+
+}  // namespace kiln::llm
