@@ -110,6 +110,19 @@ TEST(FastBackend, ConvTacticsMatchReference) {
             if (geo.group == geo.c && geo.m == geo.c) expectTacticMatchesReference(c, "depthwise");
         }
     }
+    // 3x3 depthwise at the plane sizes of MobileNets and odd ones: the stride-1 flat-plane
+    // stencil (its vector body, its wrapped columns and its top/bottom rows) and the stride-2
+    // AVX2 rows (several 8-column steps, then the scalar tail).
+    for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{3, 3}, {7, 7}, {14, 14}, {5, 29}, {4, 3}, {3, 40}, {33, 58}})
+        for (int64_t stride : {1, 2}) {
+            Case c{node("FusedConv", "kiln"), {randomTensor({1, 3, h, w}, rng), randomTensor({3, 1, 3, 3}, rng), randomTensor({3}, rng)}};
+            c.node.attrs.set("strides", std::vector<int64_t>{stride, stride});
+            c.node.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+            c.node.attrs.set("group", int64_t{3});
+            c.node.attrs.set("activation", std::string("Clip"));
+            c.node.attrs.set("activation_params", std::vector<float>{-0.5f, 1.0f});
+            expectTacticMatchesReference(c, "depthwise");
+        }
     // The direct tactic's full 16-column blocks, a partial last block, channels not a multiple
     // of 4, asymmetric pads, and each in-register epilogue (none, Relu, Clip + residual) or not (Sigmoid).
     for (const char* act : {"none", "Relu", "Clip", "Sigmoid"})
