@@ -274,8 +274,12 @@ std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
     Tensor y = ctx.output(0, DType::F32, {g.N, g.M, g.OH, g.OW});
     float* py = y.data<float>();
     const DepthwiseRowFn row_kernel = specializedDepthwise(g);
-    const bool plane_kernel = g.KH == 3 && g.KW == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.pt == 1 && g.pl == 1 && g.OH == g.H &&
-                              g.OW == g.W && g.H >= 3 && g.W >= 3 && cpuHasAvx2Fma();
+    // The flat-plane stencil for 3x3 pad-1 convs: at stride 1 directly; at stride 2 on planes
+    // too narrow for the vector rows (under 16 outputs wide), as the stride-1 result at even
+    // rows and columns (4x the arithmetic, all of it in vectors).
+    const bool pad1 = g.KH == 3 && g.KW == 3 && g.dh == 1 && g.dw == 1 && g.pt == 1 && g.pl == 1 && g.H >= 3 && g.W >= 3 && cpuHasAvx2Fma();
+    const bool plane_kernel = pad1 && g.sh == 1 && g.sw == 1 && g.OH == g.H && g.OW == g.W;
+    const bool subsampled_plane = pad1 && g.sh == 2 && g.sw == 2 && g.OH == (g.H - 1) / 2 + 1 && g.OW == (g.W - 1) / 2 + 1 && g.OW < 16;
     const std::vector<float> zero_row(static_cast<size_t>(g.W), 0.0f);
     const Tensor* bias = ctx.optionalInput(2);
     const Tensor* residual = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;
@@ -287,10 +291,17 @@ std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
         const float* xc = x + nc * g.H * g.W;
         const float* wc = w + c * g.KH * g.KW;
         float* yc = py + nc * plane;
-        if (plane_kernel || row_kernel) {
+        if (plane_kernel || subsampled_plane || row_kernel) {
             const float* rows[5];
             if (plane_kernel) depthwise3x3PlaneAvx2(yc, xc, wc, g.H, g.W);
-            for (int64_t oh = 0; oh < g.OH && !plane_kernel; ++oh) {
+            if (subsampled_plane) {
+                thread_local std::vector<float> full;
+                full.resize(static_cast<size_t>(g.H * g.W));
+                depthwise3x3PlaneAvx2(full.data(), xc, wc, g.H, g.W);
+                for (int64_t oh = 0; oh < g.OH; ++oh)
+                    for (int64_t ow = 0; ow < g.OW; ++ow) yc[oh * g.OW + ow] = full[static_cast<size_t>(2 * oh * g.W + 2 * ow)];
+            }
+            for (int64_t oh = 0; oh < g.OH && !plane_kernel && !subsampled_plane; ++oh) {
                 for (int64_t kh = 0; kh < g.KH; ++kh) {
                     const int64_t ih = oh * g.sh - g.pt + kh;
                     rows[kh] = (ih < 0 || ih >= g.H) ? zero_row.data() : xc + ih * g.W;
