@@ -104,12 +104,11 @@ __global__ void addNormKernel(int H, const int32_t* row_map, float* x, const __h
 // (P = 2 for the interleaved pairs) streams those weight rows with 16-byte loads, the first
 // task's issued before waiting for the previous kernel; the block's input rows, made by the
 // prologue (copy or norm), sit in shared memory; the epilogue stores or fuses per kind.
-// U: 16-byte weight loads in flight per lane and row (a chunk of 256 U bytes of a row);
-// MinBlocks: blocks per SM the registers must allow.
-template <int R, int P, int U, int MinBlocks>
-__global__ void __launch_bounds__(kBlockThreads, MinBlocks) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out) {
+template <int R, int P>
+__global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out) {
     extern __shared__ __align__(16) __half xs[];  // [rows][K]
     __shared__ float shared[32];
+    constexpr int U = 8;  // 16-byte weight loads in flight per lane and row
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, K8 = K / 8, tasks = N / P;
     const int first = blockIdx.x * warps + warp;
     uint4 wv[P][U];
@@ -243,28 +242,19 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 // One resident wave of blocks (as many as fit on each SM at this shared-memory size): the
 // warps stride over the tasks, so no block waits for another to leave.
 // A resident wave of blocks: as many as fit on each SM at this shared-memory size, or
-// fewer (KILN_LLM_GEMV_CTAS_PER_SM, for A/B runs: one per SM was 20% slower on the H200);
-// the warps stride over the tasks. KILN_LLM_GEMV_MIN_BLOCKS=3 builds for three blocks
-// per SM (fewer registers, more warps in flight; paired rows then keep 4 loads in flight
-// per lane and row, as 8 would spill).
-template <int R, int P, int MinBlocks, int U = (MinBlocks > 1 && P == 2 ? 4 : 8)>
-void launchSmallGemmBlocks(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
+// fewer (KILN_LLM_GEMV_CTAS_PER_SM, for A/B runs: one per SM was 20% slower on the H200;
+// building for three per SM, fewer registers, gained nothing); the warps stride over the tasks.
+template <int R, int P>
+void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
     static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
     const int warps = kBlockThreads / 32, tasks = N / P;
     const size_t smem = size_t(rows) * K * 2;
     int per_sm = 1;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P, U, MinBlocks>, kBlockThreads, smem);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P>, kBlockThreads, smem);
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
-    launchDependent(smallGemmKernel<R, P, U, MinBlocks>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out);
-}
-
-template <int R, int P>
-void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
-    static const bool three = decoderKnob("GEMV_MIN_BLOCKS", 1) == 3;
-    if (three) launchSmallGemmBlocks<R, P, 3>(rows, N, K, W, in, out, sms, s);
-    else launchSmallGemmBlocks<R, P, 1>(rows, N, K, W, in, out, sms, s);
+    launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out);
 }
 
 template <int P>
@@ -276,8 +266,7 @@ void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGe
 
 template <int R, int P>
 bool allowSmallGemmSmemRows(int bytes) {
-    return cudaFuncSetAttribute(smallGemmKernel<R, P, 8, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
-           cudaFuncSetAttribute(smallGemmKernel<R, P, (P == 2 ? 4 : 8), 3>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
+    return cudaFuncSetAttribute(smallGemmKernel<R, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
 }
 
 template <int P>
