@@ -436,7 +436,8 @@ std::vector<Tensor> directConv(const KernelContext& ctx) {
     for (int64_t m = 0; m < g.M; ++m)
         for (int64_t ck = 0; ck < g.C * KK; ++ck) wp[((m / kDirectChannels) * g.C * KK + ck) * kDirectChannels + m % kDirectChannels] = w[m * g.C * KK + ck];
     // Small inputs are padded on one thread: a parallel region would cost more than the copy.
-#pragma omp parallel for schedule(static) if (g.N * g.C * g.H * g.W > 65536)
+    // Rows are the unit of work (an RGB input has only 3 channels to share out).
+#pragma omp parallel for schedule(static) collapse(2) if (g.N * g.C * g.H * g.W > 65536)
     for (int64_t nc = 0; nc < g.N * g.C; ++nc)
         for (int64_t h = 0; h < g.H; ++h) {
             const int64_t ph = h + g.pt;
@@ -448,8 +449,13 @@ std::vector<Tensor> directConv(const KernelContext& ctx) {
                 if (hi > lo) std::memcpy(dst + lo + g.pl, src + lo, static_cast<size_t>(hi - lo) * sizeof(float));
                 continue;
             }
-            for (int64_t wcol = 0; wcol < g.W; ++wcol)
-                if (const int64_t pw = wcol + g.pl; pw >= 0 && pw / S < Wp) dst[(pw % S) * Wp + pw / S] = src[wcol];
+            // Stride 2: columns start, start + 2, ... all land in one phase, consecutively.
+            for (int64_t start = 0; start < 2; ++start) {
+                int64_t wcol = start, pw = start + g.pl;
+                while (pw < 0 && wcol < g.W) wcol += 2, pw += 2;
+                float* d = dst + (pw % 2) * Wp;
+                for (int64_t k = pw / 2; wcol < g.W && k < Wp; wcol += 2, ++k) d[k] = src[wcol];
+            }
         }
     const Tensor* b = ctx.optionalInput(2);
     const Tensor* z = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;
