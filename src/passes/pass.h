@@ -50,5 +50,6 @@ Pass precisionAssignmentPass();
 Pass layoutAssignmentPass();
 Pass padIntoConvPass();
 Pass softmaxFusionPass();
+Pass matmulWeightLayoutPass();
 
 }  // namespace kiln

@@ -20,6 +20,7 @@ const std::vector<Pass>& passPipeline() {
         attentionFusionPass(),
         horizontalMatMulFusionPass(),
         gemmBiasActivationFusionPass(),
+        matmulWeightLayoutPass(),
         convBiasActivationFusionPass(),
         layoutAssignmentPass(),
         transposeCancelPass(),  // again: removes transposes between channels-last convs

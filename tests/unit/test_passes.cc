@@ -210,6 +210,34 @@ TEST(Passes, ResidualAddJoinsTheFusedMatMul) {
     }
 }
 
+// On the CPU a constant weight with page-strided rows ([K][1024] floats) is stored
+// transposed (trans_b = 1); one whose rows are not ([K][768]) or whose K rows are too stays;
+// the CUDA target and layout.matmul_weights=keep leave every weight as it was.
+TEST(Passes, PageStridedMatMulWeightsAreStoredTransposed) {
+    for (int64_t n : {1024, 768}) {
+        Graph g = withInput({5, 24});
+        std::mt19937 rng(21);
+        g.initializers["w"] = randomTensor({24, n}, rng);
+        g.initializers["b"] = randomTensor({n}, rng);
+        g.nodes = {Node{"mm", "MatMul", "", {"x", "w"}, {"h0"}, {}}, Node{"bias", "Add", "", {"h0", "b"}, {"y"}, {}}};
+        g.outputs = {{"y", DType::F32, {}}};
+        for (const char* target : {"cpu", "cuda"})
+            for (const char* layout : {"auto", "keep"}) {
+                Graph after = g;
+                RouteValues route = defaults();
+                route[kTargetKey] = target;
+                route["layout.matmul_weights"] = layout;
+                gemmBiasActivationFusionPass().run(after, route);
+                matmulWeightLayoutPass().run(after, route);
+                ASSERT_EQ(opTypes(after), std::vector<std::string>{"FusedMatMul"});
+                const bool moved = n == 1024 && std::string(target) == "cpu" && std::string(layout) == "auto";
+                EXPECT_EQ(after.nodes[0].attrs.getInt("trans_b", 0), moved ? 1 : 0) << n << " " << target << " " << layout;
+                EXPECT_EQ(after.initializers.at(after.nodes[0].inputs[1]).dims(), moved ? Dims({n, 24}) : Dims({24, n}));
+                expectSameOutputs(g, after, {5, 24});
+            }
+    }
+}
+
 // GPT-2's exports put a Reshape ([B*S, N] -> [B, S, N]) between the projection's Gemm and
 // the residual Add: the Reshape moves to the Gemm's input and the Add still joins. A shape
 // with a 0 entry (copy a dim) cannot move and leaves the graph as it was.
