@@ -8,9 +8,6 @@
 
 namespace kiln::llm {
 
-namespace {
-
-// nn.Linear stores [out][in]; the forward pass wants [in][out].
 std::vector<float> transposed(const Tensor& t) {
     const int64_t rows = t.dims()[0], cols = t.dims()[1];
     std::vector<float> src = toFloats(t), out(src.size());
@@ -18,6 +15,8 @@ std::vector<float> transposed(const Tensor& t) {
         for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = src[r * cols + c];
     return out;
 }
+
+namespace {
 
 // y[out] (+)= x[in] * w[in][out]
 void matvec(const float* x, const std::vector<float>& w, const std::vector<float>* bias, int64_t in, int64_t out, float* y) {

@@ -23,6 +23,9 @@ const Tensor& findWeight(const std::map<std::string, Tensor>& w, const std::vect
 
 // All elements of a float tensor of any float type, as f32.
 std::vector<float> toFloats(const Tensor& t);
+// A 2-D float tensor's elements transposed, as f32 (nn.Linear stores [out][in]; the forward
+// pass wants [in][out]).
+std::vector<float> transposed(const Tensor& t);
 
 class DecoderModel : public LanguageModel {
 public:

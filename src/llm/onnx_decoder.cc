@@ -18,14 +18,7 @@ Tensor floatTensor(Dims dims, std::vector<float> values) {
     return t;
 }
 
-Tensor transposed2d(const Tensor& t) {
-    const int64_t rows = t.dims()[0], cols = t.dims()[1];
-    const std::vector<float> v = toFloats(t);
-    std::vector<float> out(v.size());
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = v[r * cols + c];
-    return floatTensor({cols, rows}, std::move(out));
-}
+Tensor transposed2d(const Tensor& t) { return floatTensor({t.dims()[1], t.dims()[0]}, transposed(t)); }
 
 class GraphReader {
 public:
@@ -123,14 +116,13 @@ DecoderWeights readGpt2(const GraphReader& r) {
     c.family = Family::Gpt2;
     std::vector<const Node*> norms;
     std::vector<std::pair<Tensor, Tensor>> linears;
-    std::string wte_name;
     const Tensor *wte = nullptr, *wpe = nullptr;
     bool tanh_gelu = false, erf_gelu = false;
     for (const Node& n : g.nodes) {
         if (n.op_type == "Gather" && n.inputs.size() == 2) {
             const Tensor* table = r.constant(n.inputs[0]);
             if (table && table->rank() == 2) {
-                if (r.fromGraphInput(n.inputs[1])) wte = table, wte_name = n.inputs[0];
+                if (r.fromGraphInput(n.inputs[1])) wte = table;
                 else wpe = table;
             }
         }
@@ -172,8 +164,12 @@ DecoderWeights readGpt2(const GraphReader& r) {
     if (static_cast<int64_t>(linears.size()) > 4 * c.layers) {
         const Tensor& head = linears[4 * c.layers].first;  // [H][vocab]
         check(head.dims() == Dims{H, c.vocab}, where + ": the LM head " + head.summary() + " is not [hidden, vocab]");
-        const std::vector<float> table = toFloats(*wte), tied = toFloats(transposed2d(head));
-        check(table == tied, where + ": the LM head is not tied to the token embedding (GPT-2 ties them)");
+        const std::vector<float> table = toFloats(*wte);  // [vocab][H]
+        const float* h = head.data<float>();
+        bool tied = true;
+        for (int64_t v = 0; v < c.vocab && tied; ++v)
+            for (int64_t k = 0; k < H && tied; ++k) tied = table[v * H + k] == h[k * c.vocab + v];
+        check(tied, where + ": the LM head is not tied to the token embedding (GPT-2 ties them)");
     }
     auto& w = out.weights;
     w["wte.weight"] = floatTensor(wte->dims(), toFloats(*wte));
