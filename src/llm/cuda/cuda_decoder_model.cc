@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
+#include <utility>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_buffer.h"
@@ -193,7 +195,7 @@ private:
         void* pool = cache.device_storage.get();
         // A batch size's first decode step runs eagerly (kernels and cuBLAS load lazily, which a
         // capture must not see); the second is captured, later ones replay.
-        const int64_t shape = 2 * S + (argmax ? 1 : 0);  // graphs and first runs per (batch size, argmax)
+        const std::pair<int64_t, bool> shape{S, argmax};  // graphs and first runs per (batch size, argmax)
         const bool replay = decode_only && options_.cuda_graphs && profiler_.mode() != cuda::StepProfiler::Mode::Stages && !eager_sizes_.insert(shape).second;
         if (replay) {
             auto it = graphs_.find(shape);
@@ -439,8 +441,8 @@ private:
     mutable Activations act_;
     mutable int max_blocks_ = 0;
     mutable PinnedBuffer pinned_meta_, pinned_logits_;
-    mutable std::map<int64_t, Captured> graphs_;
-    mutable std::set<int64_t> eager_sizes_;  // decode batch sizes that ran once without a graph
+    mutable std::map<std::pair<int64_t, bool>, Captured> graphs_;  // by (batch size, argmax)
+    mutable std::set<std::pair<int64_t, bool>> eager_sizes_;      // decode shapes that ran once without a graph
     mutable cuda::StepProfiler profiler_;
     // The cuBLAS path's residual add not yet done: the next norm adds it.
     struct PendingAdd {

@@ -220,27 +220,24 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
     int at = n;  // no candidate yet
     for (int j = threadIdx.x; j < n; j += blockDim.x)
         if (row[j] > v || (at == n && row[j] == v)) v = row[j], at = j;  // strided: the first max per thread
-    auto better = [](float v2, int i2, float v1, int i1) { return v2 > v1 || (v2 == v1 && i2 < i1); };
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, at, o);
-        if (better(ov, oi, v, at)) v = ov, at = oi;
-    }
+    // (v, at) becomes the warp's best: the larger value, the lower index on ties.
+    auto warpBest = [&] {
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, at, o);
+            if (ov > v || (ov == v && oi < at)) v = ov, at = oi;
+        }
+    };
+    warpBest();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (lane == 0) best_value[warp] = v, best_index[warp] = at;
     __syncthreads();
     if (warp > 0) return;
     v = lane < int(blockDim.x / 32) ? best_value[lane] : -INFINITY, at = lane < int(blockDim.x / 32) ? best_index[lane] : n;
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, at, o);
-        if (better(ov, oi, v, at)) v = ov, at = oi;
-    }
+    warpBest();
     if (lane == 0) ids[blockIdx.x] = at < n ? at : 0;  // all NaN: id 0
 }
 
-// One resident wave of blocks (as many as fit on each SM at this shared-memory size): the
-// warps stride over the tasks, so no block waits for another to leave.
 // A resident wave of blocks: as many as fit on each SM at this shared-memory size, or
 // fewer (KILN_LLM_GEMV_CTAS_PER_SM, for A/B runs: one per SM was 20% slower on the H200;
 // building for three per SM, fewer registers, gained nothing); the warps stride over the tasks.
@@ -264,14 +261,11 @@ void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGe
     else launchSmallGemmRows<4, P>(rows, N, K, W, in, out, sms, s);
 }
 
-template <int R, int P>
-bool allowSmallGemmSmemRows(int bytes) {
-    return cudaFuncSetAttribute(smallGemmKernel<R, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
-}
-
 template <int P>
 bool allowSmallGemmSmem(int bytes) {
-    return allowSmallGemmSmemRows<1, P>(bytes) && allowSmallGemmSmemRows<2, P>(bytes) && allowSmallGemmSmemRows<4, P>(bytes);
+    return cudaFuncSetAttribute(smallGemmKernel<1, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
+           cudaFuncSetAttribute(smallGemmKernel<2, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
+           cudaFuncSetAttribute(smallGemmKernel<4, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
 }
 
 }  // namespace

@@ -97,10 +97,10 @@ struct SmallGemmOutput {
 // caller keeps to cuBLAS). K must be a multiple of 8.
 bool prepareSmallGemm(int max_k);
 void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s);
-// GPT-2: out = gelu_tanh(in + bias), in [T][I]. Llama: out = silu(gate) * up from the
-// interleaved [T][2I] gate|up rows.
 // ids[r] = the index of row r's largest value (the lowest on ties), rows [rows][n]; NaNs never win.
 void launchArgmax(int rows, int n, const float* x, int32_t* ids, cudaStream_t s);
+// GPT-2: out = gelu_tanh(in + bias), in [T][I]. Llama: out = silu(gate) * up from the
+// interleaved [T][2I] gate|up rows.
 void launchMlpActivation(int T, int I, const __half* in, const __half* bias, bool swiglu, __half* out, cudaStream_t s);
 
 }  // namespace kiln::llm::cuda
