@@ -135,20 +135,25 @@ std::vector<Tensor> gemmConv(const KernelContext& ctx) { return gemmConvWith(ctx
 std::vector<Tensor> dnnlGemmConv(const KernelContext& ctx) { return gemmConvWith(ctx, dnnlSgemm); }
 #endif
 
+// Output column ow of a KxK depthwise row with stride S, checking each input column against
+// the row's bounds (border columns, and what a vector loop leaves over).
+template <int K, int S>
+inline float depthwiseColumn(const float* const* rows, const float* wc, int64_t W, int64_t pl, int64_t ow) {
+    float acc = 0.0f;
+    for (int kh = 0; kh < K; ++kh)
+        for (int kw = 0; kw < K; ++kw) {
+            const int64_t iw = ow * S - pl + kw;
+            if (iw >= 0 && iw < W) acc += wc[kh * K + kw] * rows[kh][iw];
+        }
+    return acc;
+}
+
 // One output row of a KxK depthwise conv with stride S (no dilation). `rows` holds the K input
 // rows (a zero row where they fall into the padding). Interior columns use a fixed-size tap
 // loop the compiler unrolls and vectorizes across the row; border columns check bounds.
 template <int K, int S>
 __attribute__((always_inline)) inline void depthwiseRowBody(float* yr, const float* const* rows, const float* wc, int64_t OW, int64_t W, int64_t pl) {
-    auto border = [&](int64_t ow) {
-        float acc = 0.0f;
-        for (int kh = 0; kh < K; ++kh)
-            for (int kw = 0; kw < K; ++kw) {
-                const int64_t iw = ow * S - pl + kw;
-                if (iw >= 0 && iw < W) acc += wc[kh * K + kw] * rows[kh][iw];
-            }
-        yr[ow] = acc;
-    };
+    auto border = [&](int64_t ow) { yr[ow] = depthwiseColumn<K, S>(rows, wc, W, pl, ow); };
     const int64_t lo = std::min<int64_t>(OW, (pl + S - 1) / S);
     const int64_t hi = std::max<int64_t>(lo, std::min<int64_t>(OW, W - K + pl >= 0 ? (W - K + pl) / S + 1 : 0));
     for (int64_t ow = 0; ow < lo; ++ow) border(ow);
@@ -207,17 +212,8 @@ __attribute__((target("avx2,fma"))) void depthwise3x3Stride2RowAvx2(float* yr, c
         _mm256_storeu_ps(yr + ow, acc);
     }
     // Left border columns, then the interior's remainder and the right border.
-    auto column = [&](int64_t o) {
-        float acc = 0.0f;
-        for (int kh = 0; kh < 3; ++kh)
-            for (int kw = 0; kw < 3; ++kw) {
-                const int64_t iw = o * S - pl + kw;
-                if (iw >= 0 && iw < W) acc += wc[kh * 3 + kw] * rows[kh][iw];
-            }
-        yr[o] = acc;
-    };
-    for (int64_t o = 0; o < lo; ++o) column(o);
-    for (int64_t o = ow; o < OW; ++o) column(o);
+    for (int64_t o = 0; o < lo; ++o) yr[o] = depthwiseColumn<3, 2>(rows, wc, W, pl, o);
+    for (int64_t o = ow; o < OW; ++o) yr[o] = depthwiseColumn<3, 2>(rows, wc, W, pl, o);
 }
 
 // A whole channel of a 3x3, stride-1, pad-1 depthwise conv in AVX2, as one stencil over the
@@ -280,6 +276,7 @@ std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
     const bool pad1 = g.KH == 3 && g.KW == 3 && g.dh == 1 && g.dw == 1 && g.pt == 1 && g.pl == 1 && g.H >= 3 && g.W >= 3 && cpuHasAvx2Fma();
     const bool plane_kernel = pad1 && g.sh == 1 && g.sw == 1 && g.OH == g.H && g.OW == g.W;
     const bool subsampled_plane = pad1 && g.sh == 2 && g.sw == 2 && g.OH == (g.H - 1) / 2 + 1 && g.OW == (g.W - 1) / 2 + 1 && g.OW < 16;
+    const bool specialized = plane_kernel || subsampled_plane || row_kernel;  // else the generic loops
     const std::vector<float> zero_row(static_cast<size_t>(g.W), 0.0f);
     const Tensor* bias = ctx.optionalInput(2);
     const Tensor* residual = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;
@@ -291,24 +288,25 @@ std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
         const float* xc = x + nc * g.H * g.W;
         const float* wc = w + c * g.KH * g.KW;
         float* yc = py + nc * plane;
-        if (plane_kernel || subsampled_plane || row_kernel) {
+        if (plane_kernel) {
+            depthwise3x3PlaneAvx2(yc, xc, wc, g.H, g.W);
+        } else if (subsampled_plane) {
+            thread_local std::vector<float> full;
+            full.resize(static_cast<size_t>(g.H * g.W));
+            depthwise3x3PlaneAvx2(full.data(), xc, wc, g.H, g.W);
+            for (int64_t oh = 0; oh < g.OH; ++oh)
+                for (int64_t ow = 0; ow < g.OW; ++ow) yc[oh * g.OW + ow] = full[static_cast<size_t>(2 * oh * g.W + 2 * ow)];
+        } else if (row_kernel) {
             const float* rows[5];
-            if (plane_kernel) depthwise3x3PlaneAvx2(yc, xc, wc, g.H, g.W);
-            if (subsampled_plane) {
-                thread_local std::vector<float> full;
-                full.resize(static_cast<size_t>(g.H * g.W));
-                depthwise3x3PlaneAvx2(full.data(), xc, wc, g.H, g.W);
-                for (int64_t oh = 0; oh < g.OH; ++oh)
-                    for (int64_t ow = 0; ow < g.OW; ++ow) yc[oh * g.OW + ow] = full[static_cast<size_t>(2 * oh * g.W + 2 * ow)];
-            }
-            for (int64_t oh = 0; oh < g.OH && !plane_kernel && !subsampled_plane; ++oh) {
+            for (int64_t oh = 0; oh < g.OH; ++oh) {
                 for (int64_t kh = 0; kh < g.KH; ++kh) {
                     const int64_t ih = oh * g.sh - g.pt + kh;
                     rows[kh] = (ih < 0 || ih >= g.H) ? zero_row.data() : xc + ih * g.W;
                 }
                 row_kernel(yc + oh * g.OW, rows, wc, g.OW, g.W, g.pl);
             }
-            // The epilogue while the channel's plane is still in cache.
+        }
+        if (specialized) {  // the epilogue while the channel's plane is still in cache
             applyEpilogueSerial(yc, 1, plane, bias ? bias->data<float>() + c : nullptr, true, residual ? residual->data<float>() + nc * plane : nullptr, act);
             continue;
         }
@@ -333,7 +331,7 @@ std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
             }
         }
     }
-    if (!row_kernel)
+    if (!specialized)
         for (int64_t n = 0; n < g.N; ++n) blockEpilogue(ctx, g, y, n, 0, g.M, 0, plane);
     return {y};
 }
