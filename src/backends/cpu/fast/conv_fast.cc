@@ -370,23 +370,30 @@ __attribute__((target("avx2,fma"))) void directRow(const float* xp, int64_t C, i
     const int64_t KW = KW_FIXED > 0 ? KW_FIXED : kw_any;
     alignas(32) float tail[kDirectChannels][kDirectCols];
     for (int64_t ow = 0; ow < OW; ow += kDirectCols) {
-        __m256 acc[kDirectChannels][2];
-        for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
-        for (int64_t c = 0; c < C; ++c)
-            for (int64_t kh = 0; kh < KH; ++kh) {
-                const float* xr = xp + (c * Hp + oh * S + kh) * S * Wp + ow;
-                const float* wr = wp + ((c * KH + kh) * KW) * kDirectChannels;
+        // Named accumulators, pointers stepped: with an indexed acc[4][2] GCC stored all eight
+        // to the stack on every kernel row (small_cnn at batch 16: 0.569 -> 0.475 ms).
+        static_assert(kDirectChannels == 4, "one named accumulator pair per channel");
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+        const float* wr = wp;
+        for (int64_t c = 0; c < C; ++c) {
+            const float* xr = xp + (c * Hp + oh * S) * S * Wp + ow;
+            for (int64_t kh = 0; kh < KH; ++kh, xr += S * Wp) {
 #pragma GCC unroll 7
-                for (int64_t kw = 0; kw < KW; ++kw) {
+                for (int64_t kw = 0; kw < KW; ++kw, wr += kDirectChannels) {
                     const float* xt = xr + (kw % S) * Wp + kw / S;
                     const __m256 x0 = _mm256_loadu_ps(xt), x1 = _mm256_loadu_ps(xt + 8);
-                    for (int j = 0; j < kDirectChannels; ++j) {
-                        const __m256 wv = _mm256_broadcast_ss(wr + kw * kDirectChannels + j);
-                        acc[j][0] = _mm256_fmadd_ps(wv, x0, acc[j][0]);
-                        acc[j][1] = _mm256_fmadd_ps(wv, x1, acc[j][1]);
-                    }
+                    __m256 wv = _mm256_broadcast_ss(wr);
+                    a00 = _mm256_fmadd_ps(wv, x0, a00), a01 = _mm256_fmadd_ps(wv, x1, a01);
+                    wv = _mm256_broadcast_ss(wr + 1);
+                    a10 = _mm256_fmadd_ps(wv, x0, a10), a11 = _mm256_fmadd_ps(wv, x1, a11);
+                    wv = _mm256_broadcast_ss(wr + 2);
+                    a20 = _mm256_fmadd_ps(wv, x0, a20), a21 = _mm256_fmadd_ps(wv, x1, a21);
+                    wv = _mm256_broadcast_ss(wr + 3);
+                    a30 = _mm256_fmadd_ps(wv, x0, a30), a31 = _mm256_fmadd_ps(wv, x1, a31);
                 }
             }
+        }
+        __m256 acc[kDirectChannels][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
         // Bias, residual and a Relu/Clip in registers; other activations run after the row.
         const __m256 lo = _mm256_set1_ps(epi.lo), hi = _mm256_set1_ps(epi.hi);
         const int64_t n = std::min(kDirectCols, OW - ow);
@@ -433,9 +440,10 @@ std::vector<Tensor> directConv(const KernelContext& ctx) {
     std::vector<float> wp(static_cast<size_t>(blocks * g.C * KK * kDirectChannels), 0.0f);
     for (int64_t m = 0; m < g.M; ++m)
         for (int64_t ck = 0; ck < g.C * KK; ++ck) wp[((m / kDirectChannels) * g.C * KK + ck) * kDirectChannels + m % kDirectChannels] = w[m * g.C * KK + ck];
-    // Small inputs are padded on one thread: a parallel region would cost more than the copy.
+    // Small inputs are padded on one thread: a parallel region would cost more than the copy
+    // (from 16K elements it pays: small_cnn's 16x16x16 input at batch 16, 0.475 -> 0.448 ms).
     // Rows are the unit of work (an RGB input has only 3 channels to share out).
-#pragma omp parallel for schedule(static) collapse(2) if (g.N * g.C * g.H * g.W > 65536)
+#pragma omp parallel for schedule(static) collapse(2) if (g.N * g.C * g.H * g.W > 16384)
     for (int64_t nc = 0; nc < g.N * g.C; ++nc)
         for (int64_t h = 0; h < g.H; ++h) {
             const int64_t ph = h + g.pt;
