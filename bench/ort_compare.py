@@ -6,7 +6,7 @@ a larger batch (inputs tiled along dim 0, where the model's batch dim is symboli
 made so), same thread count for both, outputs compared (relative L2), medians and the
 Kiln/ORT ratio printed; results saved to bench/results/ with date, machine and commit.
 
-Usage: bench/ort_compare.py [--threads N] [--duration S] [--batch 8] [--kiln PATH]
+Usage: bench/ort_compare.py [--threads N] [--duration S] [--batch 8] [--kiln PATH] [--models a,b]
 Installs onnxruntime-node into bench/node_modules (npm --ignore-scripts) when missing.
 """
 import argparse, datetime, glob, json, os, platform, shutil, subprocess, tempfile
@@ -83,10 +83,13 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--duration", type=float, default=2.0)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--models", default="", help="comma-separated model names (default: all)")
     a = ap.parse_args()
     ensure_ort()
     rows = []
     for name, d in models():
+        if a.models and name not in a.models.split(","):
+            continue
         inputs = [numpy_helper.to_array(onnx.load_tensor(p)) for p in sorted(glob.glob(os.path.join(d, "test_data_set_0", "input_*.pb")))]
         for batch in (1, a.batch):
             with tempfile.TemporaryDirectory() as work:

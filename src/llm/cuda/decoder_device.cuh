@@ -3,8 +3,6 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <string>
 #include <utility>
 
 #include "llm/cuda/decoder_kernels.h"
@@ -12,13 +10,6 @@
 namespace kiln::llm::cuda {
 
 constexpr int kBlockThreads = 256;
-
-// Tuning knobs of the decode kernels for A/B runs, read once by each caller from the
-// environment (KILN_LLM_<NAME>=n).
-inline int decoderKnob(const char* name, int fallback) {
-    const char* v = std::getenv((std::string("KILN_LLM_") + name).c_str());
-    return v && *v ? std::atoi(v) : fallback;
-}
 
 __device__ __forceinline__ float warpSum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -41,6 +32,17 @@ __device__ float blockReduce(float v, float* shared, bool max) {
     const float idle = max ? -INFINITY : 0.f;
     const float t = lane < Threads / 32 ? shared[lane] : idle;
     return max ? warpMax(t) : warpSum(t);
+}
+
+// Issues the L2 prefetches of `p`, 128-byte lines spread over every thread of the grid.
+__device__ __forceinline__ void prefetchToL2(const L2Prefetch& p) {
+    const size_t threads = size_t(gridDim.x) * gridDim.y * gridDim.z * blockDim.x;
+    const size_t thread = (size_t(blockIdx.z) * gridDim.y * gridDim.x + size_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
+#pragma unroll
+    for (int r = 0; r < 3; ++r) {
+        const char* base = static_cast<const char*>(p.ptr[r]);
+        for (size_t at = thread * 128; at < p.bytes[r]; at += threads * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + at));
+    }
 }
 
 // Waits until the kernel this one was launched behind has finished and its writes are

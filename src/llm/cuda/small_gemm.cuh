@@ -1,0 +1,204 @@
+// Device code the decoder's kernels and its persistent step share: norms, activations, the
+// q|k|v epilogue, the fused small GEMM and the argmax, each as the work of one block.
+#pragma once
+#include "llm/cuda/decoder_device.cuh"
+
+namespace kiln::llm::cuda {
+
+inline __device__ float blockSum(float v, float* shared) { return blockReduce<kBlockThreads>(v, shared, false); }
+
+// x[t] = wte[token] (+ wpe[position]) for the T x H elements, element i by thread i (mod threads).
+inline __device__ void embedRows(int thread, int threads, int T, int H, const StepMeta& m, const __half* wte, const __half* wpe, float* x) {
+    for (int i = thread; i < T * H; i += threads) {
+        const int t = i / H, j = i % H;
+        const int64_t tok = m.tokens[t], pos = m.positions[t];
+        x[i] = __half2float(wte[tok * H + j]) + (wpe ? __half2float(wpe[pos * H + j]) : 0.f);
+    }
+}
+
+// out = LayerNorm/RMSNorm(xr) * w (+ b) over one row, by the whole block (kBlockThreads).
+// The row is read once into registers (rows up to kNormCached * kBlockThreads long).
+constexpr int kNormCached = 16;
+inline __device__ void normRow(int H, const float* xr, const float* w, const float* b, float eps, bool rms, float* shared, __half* out) {
+    if (H > kNormCached * kBlockThreads) {  // long rows: re-read from global memory
+        float sum = 0.f;
+        if (!rms)
+            for (int j = threadIdx.x; j < H; j += blockDim.x) sum += xr[j];
+        const float mean = rms ? 0.f : blockSum(sum, shared) / H;
+        float sq = 0.f;
+        for (int j = threadIdx.x; j < H; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
+        const float inv = rsqrtf(blockSum(sq, shared) / H + eps);
+        for (int j = threadIdx.x; j < H; j += blockDim.x) out[j] = __float2half((xr[j] - mean) * inv * w[j] + (b ? b[j] : 0.f));
+        return;
+    }
+    float v[kNormCached];
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kNormCached; ++i) {
+        const int j = threadIdx.x + i * kBlockThreads;
+        v[i] = j < H ? xr[j] : 0.f;
+        sum += v[i];
+    }
+    const float mean = rms ? 0.f : blockSum(sum, shared) / H;
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < kNormCached; ++i)
+        if (threadIdx.x + i * kBlockThreads < H) sq += (v[i] - mean) * (v[i] - mean);
+    const float inv = rsqrtf(blockSum(sq, shared) / H + eps);
+#pragma unroll
+    for (int i = 0; i < kNormCached; ++i) {
+        const int j = threadIdx.x + i * kBlockThreads;
+        if (j < H) out[j] = __float2half((v[i] - mean) * inv * w[j] + (b ? b[j] : 0.f));
+    }
+}
+
+__device__ __forceinline__ float geluTanh(float a) { return 0.5f * a * (1.f + tanhf(0.7978845608f * (a + 0.044715f * a * a * a))); }
+__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
+
+// One (token, head, pair i) of q|k|v: a = row h*D + i, c = row h*D + i + D/2, bias added,
+// rotated (q and k heads, Llama), stored to q or the cache.
+inline __device__ void storeQkvPair(const QkvDestination& d, int t, int h, int i, float a, float c) {
+    const int D = d.kv.head_dim, half = D / 2;
+    if (d.bias) a += __half2float(d.bias[h * D + i]), c += __half2float(d.bias[h * D + i + half]);
+    if (d.rope && h < d.heads + d.kv.kv_heads) {  // q and k heads rotate, v does not
+        const float inv_freq = 1.f / powf(d.theta, float(2 * i) / float(D));
+        float sn, cs;
+        sincosf(float(d.meta.positions[t]) * inv_freq, &sn, &cs);
+        const float ra = a * cs - c * sn, rc = c * cs + a * sn;
+        a = ra, c = rc;
+    }
+    __half* dst;
+    if (h < d.heads) {
+        dst = d.q + (int64_t(t) * d.heads + h) * D;
+    } else {
+        const int slot = d.meta.slots[t];
+        const int64_t block = slot / d.kv.block_size, offset = slot % d.kv.block_size;
+        const bool is_k = h < d.heads + d.kv.kv_heads;
+        const int kh = is_k ? h - d.heads : h - d.heads - d.kv.kv_heads;
+        dst = (is_k ? d.kv.k : d.kv.v) + ((block * d.kv.kv_heads + kh) * d.kv.block_size + offset) * D;
+    }
+    dst[i] = __float2half(a);
+    dst[i + half] = __float2half(c);
+}
+
+// y[r] = in[r] * W^T for a few rows (R at most): a warp per task of P adjacent output rows
+// (P = 2 for the interleaved pairs) streams those weight rows with 16-byte loads, the first
+// task's issued before waiting for the previous kernel; the block's input rows, made by the
+// prologue (copy or norm), sit in shared memory; the epilogue stores or fuses per kind.
+// Block `block` of `blocks` (the kernel's grid, or the persistent step's); wait() runs once
+// the first weights are in flight, before anything the previous work wrote is read.
+template <int R, int P, class Wait>
+__device__ __forceinline__ void smallGemmBlock(int block, int blocks, int rows, int N, int K, const __half* W, const SmallGemmInput& in,
+                                               const SmallGemmOutput& out, __half* xs, Wait wait) {
+    __shared__ float shared[32];
+    constexpr int U = 8;  // 16-byte weight loads in flight per lane and row
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, K8 = K / 8, tasks = N / P;
+    const int first = block * warps + warp;
+    uint4 wv[P][U];
+    auto load = [&](int task, int k0) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            const uint4* wrow = reinterpret_cast<const uint4*>(W + (int64_t(task) * P + p) * K);
+#pragma unroll
+            for (int u = 0; u < U; ++u) wv[p][u] = k0 + 32 * u < K8 ? __ldg(wrow + k0 + 32 * u) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    if (first < tasks) load(first, lane);  // weights do not depend on the previous kernel
+    wait();
+    if (block * warps >= tasks) return;  // nothing for this block (the wait above was its part)
+    for (int r = 0; r < rows; ++r) {
+        __half* dst = xs + int64_t(r) * K;
+        if (in.kind == SmallGemmInput::Norm) {
+            const int64_t t = in.row_map ? in.row_map[r] : r;
+            normRow(K, in.residual + t * K, in.norm_w, in.norm_b, in.eps, in.rms, shared, dst);
+        } else {
+            const uint4* src = reinterpret_cast<const uint4*>(in.x + int64_t(r) * K);
+            for (int j = threadIdx.x; j < K8; j += blockDim.x) reinterpret_cast<uint4*>(dst)[j] = src[j];
+        }
+    }
+    __syncthreads();
+    bool loaded = true;
+    for (int task = first; task < tasks; task += blocks * warps) {
+        float acc[P][R] = {};
+        for (int k0 = lane; k0 < K8; k0 += 32 * U) {
+            if (!loaded) load(task, k0);
+            loaded = false;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int k = k0 + 32 * u;
+                if (k >= K8) break;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (r >= rows) break;
+                    const uint4 xv = reinterpret_cast<const uint4*>(xs + int64_t(r) * K)[k];
+                    const __half2* x2 = reinterpret_cast<const __half2*>(&xv);
+#pragma unroll
+                    for (int p = 0; p < P; ++p) {
+                        const __half2* w2 = reinterpret_cast<const __half2*>(&wv[p][u]);
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const float2 wf = __half22float2(w2[i]), xf = __half22float2(x2[i]);
+                            acc[p][r] += wf.x * xf.x + wf.y * xf.y;
+                        }
+                    }
+                }
+            }
+        }
+        // The next task's first chunk is in flight during this task's reduction and epilogue.
+        if (task + blocks * warps < tasks) load(task + blocks * warps, lane), loaded = true;
+#pragma unroll
+        for (int p = 0; p < P; ++p)
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[p][r] = warpSum(acc[p][r]);
+        if (lane >= rows || lane >= R) continue;  // lane r stores token row r
+        float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if (r == lane) a0 = acc[0][r], a1 = acc[P - 1][r];
+        const int r = lane;
+        if constexpr (P == 2) {
+            if (out.kind == SmallGemmOutput::SwiGlu) {
+                static_cast<__half*>(out.y)[int64_t(r) * tasks + task] = __float2half(silu(a0) * a1);
+            } else {  // Qkv: task = head * D/2 + i
+                const int half = out.qkv.kv.head_dim / 2;
+                storeQkvPair(out.qkv, r, task / half, task % half, a0, a1);
+            }
+        } else {
+            const int64_t at = int64_t(r) * N + task;
+            const float bias = out.bias ? __half2float(out.bias[task]) : 0.f;
+            if (out.kind == SmallGemmOutput::Half) static_cast<__half*>(out.y)[at] = __float2half(a0);
+            else if (out.kind == SmallGemmOutput::Float) static_cast<float*>(out.y)[at] = a0;
+            else if (out.kind == SmallGemmOutput::GeluBias) static_cast<__half*>(out.y)[at] = __float2half(geluTanh(a0 + bias));
+            else static_cast<float*>(out.y)[at] += a0 + bias;
+        }
+    }
+}
+
+// ids[row] = argmax of x[row][0..n) by one block (the lowest index on ties, NaN never wins).
+__device__ __forceinline__ void argmaxBlock(int row, int n, const float* x, int32_t* ids) {
+    __shared__ float best_value[32];
+    __shared__ int best_index[32];
+    const float* values = x + int64_t(row) * n;
+    float v = -INFINITY;
+    int at = n;  // no candidate yet
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        if (values[j] > v || (at == n && values[j] == v)) v = values[j], at = j;  // strided: the first max per thread
+    // (v, at) becomes the warp's best: the larger value, the lower index on ties.
+    auto warpBest = [&] {
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, at, o);
+            if (ov > v || (ov == v && oi < at)) v = ov, at = oi;
+        }
+    };
+    warpBest();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) best_value[warp] = v, best_index[warp] = at;
+    __syncthreads();
+    if (warp > 0) return;
+    v = lane < int(blockDim.x / 32) ? best_value[lane] : -INFINITY, at = lane < int(blockDim.x / 32) ? best_index[lane] : n;
+    warpBest();
+    if (lane == 0) ids[row] = at < n ? at : 0;  // all NaN: id 0
+}
+
+}  // namespace kiln::llm::cuda
