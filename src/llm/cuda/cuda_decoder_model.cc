@@ -113,14 +113,6 @@ public:
         const int64_t max_k = std::max({c.hidden, c.heads * c.head_dim, c.intermediate});
         small_gemm_ = options.small_gemm && c.hidden % 8 == 0 && (c.heads * c.head_dim) % 8 == 0 && c.intermediate % 8 == 0 &&
                       cuda::prepareSmallGemm(static_cast<int>(max_k));
-        max_k_ = static_cast<int>(max_k);
-        int cooperative = 0;
-        cudaDeviceGetAttribute(&cooperative, cudaDevAttrCooperativeLaunch, 0);
-        persistent_ = small_gemm_ && cooperative && cuda::preparePersistentStep(max_k_);
-        if (persistent_) {
-            barrier_ = DeviceBuffer(2 * sizeof(unsigned));
-            KILN_CUDA_CHECK(cudaMemset(barrier_.ptr, 0, barrier_.bytes));
-        }
         sms_ = prop.multiProcessorCount;
         // Split-key attention applies below two CTAs per SM: (token, head) pairs up to 2 x SMs.
         attention_scratch_.sms = prop.multiProcessorCount;
@@ -201,7 +193,6 @@ private:
         KILN_CUDA_CHECK(cudaMemcpyAsync(act_.meta.ptr, pinned_meta_.ptr, meta_ints * 4, cudaMemcpyHostToDevice, stream_));
         const bool decode_only = T == S;
         void* pool = cache.device_storage.get();
-        if (usePersistent(T)) preparePhases(T, S, max_blocks, bs, pool, cache.numBlocks(), argmax);
         // A batch size's first decode step runs eagerly (kernels and cuBLAS load lazily, which a
         // capture must not see); the second is captured, later ones replay.
         const std::pair<int64_t, bool> shape{S, argmax};  // graphs and first runs per (batch size, argmax)
@@ -267,15 +258,15 @@ private:
     // pending for the next norm, which adds it in the same pass. `small` is decided once
     // per step: the two paths leave the residual stream in different states.
     void linear(bool small, int64_t rows, int64_t N, int64_t K, const DeviceBuffer& W, const LinearIn& in, const cuda::SmallGemmOutput& out,
-                const char* stage, const cuda::L2Prefetch& prefetch = {}) const {
+                const char* stage) const {
         using Out = cuda::SmallGemmOutput;
         const DecoderConfig& c = config_;
         const bool llama = c.family == Family::Llama;
         profiler_.stage(stream_, stage);
         if (skipped(stage)) return;
         if (small) {
-            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), smallGemmInput(in, c), out, prefetch,
-                                  sms_, stream_);
+            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), smallGemmInput(in, c), out, sms_,
+                                  stream_);
             return;
         }
         const void* x = in.x;
@@ -326,65 +317,30 @@ private:
         float* x = act_.x.as<float>();
         pending_ = {};
         const bool small = T <= cuda::kSmallGemmMaxRows && small_gemm_;
-        if (usePersistent(T)) {
-            profiler_.stage(stream_, "persistent step");
-            const DeviceBuffer& phases = phase_buffers_.at(PhaseKey{T, S, max_blocks, bs, pool, num_blocks, argmax});
-            cuda::PersistentStep step;
-            step.phases = phases.as<cuda::StepPhase>(), step.count = static_cast<int>(phases.bytes / sizeof(cuda::StepPhase));
-            step.T = Ti, step.heads = static_cast<int>(c.heads), step.scale = 1.f / std::sqrt(static_cast<float>(D));
-            step.meta = m, step.scratch = attention_scratch_, step.barrier = barrier_.as<unsigned>();
-            check(cuda::launchPersistentStep(step, static_cast<int>(D), max_k_, sms_, stream_), "the persistent decode step could not be launched");
-            KILN_CUDA_CHECK(cudaGetLastError());
-            return;
-        }
         profiler_.stage(stream_, "embed");
         cuda::launchEmbed(Ti, static_cast<int>(H), m, embed_.as<__half>(), llama ? nullptr : positions_.as<__half>(), x, stream_);
         const size_t layer_elems = static_cast<size_t>(num_blocks * c.kv_heads * bs * D);  // keys (or values) of one layer
-        // Kernel k of the step may prefetch the weights ahead of it into L2: segment 4l + j
-        // of the weight stream is layer l's qkv, o, up, down (j = 0..3), the LM head last.
-        const auto ahead = [&](int64_t segment, bool attention) {
-            return small ? prefetchPlan(segment, attention ? prefetch_attention_ : prefetch_gemv_) : cuda::L2Prefetch{};
-        };
         for (int64_t l = 0; l < c.layers; ++l) {
             const LayerWeights& L = layers_[l];
             __half* base = static_cast<__half*>(pool) + 2 * l * layer_elems;
             Out qkv = outputTo(Out::Qkv, nullptr);
             qkv.qkv = {m, {base, base + layer_elems, static_cast<int>(c.kv_heads), static_cast<int>(D), static_cast<int>(bs)}, static_cast<int>(c.heads),
                        llama, c.rope_theta, L.qkv_b.as<__half>(), act_.q.as<__half>()};
-            linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, "qkv+rope+cache", ahead(4 * l + 1, false));
+            linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, "qkv+rope+cache");
             profiler_.stage(stream_, "attention");
             if (!skipped("attention"))
                 cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, 1.f / std::sqrt(static_cast<float>(D)),
-                                           attention_scratch_, act_.att.as<__half>(), ahead(4 * l + 1, true), stream_);
-            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o", ahead(4 * l + 2, false));
+                                           attention_scratch_, act_.att.as<__half>(), stream_);
+            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o");
             linear(small, T, llama ? 2 * I : I, H, L.up, {In::Norm, x, L.norm2_w.as<float>(), L.norm2_b.as<float>()},
-                   outputTo(llama ? Out::SwiGlu : Out::GeluBias, act_.mlp_act.ptr, L.up_b.as<__half>()), "up+activation", ahead(4 * l + 3, false));
-            linear(small, T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), "down",
-                   ahead(4 * l + 4, false));
+                   outputTo(llama ? Out::SwiGlu : Out::GeluBias, act_.mlp_act.ptr, L.up_b.as<__half>()), "up+activation");
+            linear(small, T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), "down");
         }
         // Only each chunk's last token needs logits: final norm of those rows, LM head.
         linear(small, S, c.vocab, H, *lm_head_, {In::Norm, x, final_w_.as<float>(), final_b_.as<float>(), m.last_token}, outputTo(Out::Float, act_.logits.ptr), "lm head");
         if (argmax) cuda::launchArgmax(static_cast<int>(S), static_cast<int>(c.vocab), act_.logits.as<float>(), act_.ids.as<int32_t>(), stream_);
         KILN_CUDA_CHECK(cudaGetLastError());
     }
-
-    // Steps of a few tokens run as one persistent kernel (decoder_kernels.h), unless the
-    // stage profiler or a timing experiment needs the kernels apart.
-    bool usePersistent(int64_t T) const {
-        static const int knob = cuda::decoderKnob("PERSISTENT", -1);  // 0 or 1 overrides the option
-        const bool on = knob < 0 ? options_.persistent_step : knob == 1;
-        return persistent_ && on && T <= cuda::kSmallGemmMaxRows && profiler_.mode() != cuda::StepProfiler::Mode::Stages && skipList().empty();
-    }
-
-    struct PhaseKey {
-        int64_t T, S;
-        int max_blocks;
-        int64_t bs;
-        void* pool;
-        int64_t num_blocks;
-        bool argmax;
-        auto operator<=>(const PhaseKey&) const = default;
-    };
 
     static cuda::SmallGemmInput smallGemmInput(const LinearIn& in, const DecoderConfig& c) {
         cuda::SmallGemmInput si;
@@ -396,72 +352,6 @@ private:
             si.x = static_cast<const __half*>(in.x);
         }
         return si;
-    }
-
-    // The persistent step's phases for this shape, uploaded once (before any capture) and
-    // kept while the activation buffers stay: the same stages as compute() runs as kernels.
-    void preparePhases(int64_t T, int64_t S, int max_blocks, int64_t bs, void* pool, int64_t num_blocks, bool argmax) const {
-        const PhaseKey key{T, S, max_blocks, bs, pool, num_blocks, argmax};
-        if (phase_buffers_.count(key)) return;
-        using In = cuda::SmallGemmInput;
-        using Out = cuda::SmallGemmOutput;
-        using Phase = cuda::StepPhase;
-        const DecoderConfig& c = config_;
-        const int64_t H = c.hidden, D = c.head_dim, Q = c.heads * D, KV = c.kv_heads * D, I = c.intermediate;
-        const bool llama = c.family == Family::Llama;
-        const int32_t* meta = act_.meta.as<int32_t>();
-        cuda::StepMeta m{meta, meta + T, meta + 2 * T, meta + 3 * T, meta + 4 * T, meta + 4 * T + S, max_blocks};
-        float* x = act_.x.as<float>();
-        std::vector<Phase> phases;
-        Phase embed;
-        embed.kind = Phase::Embed, embed.K = static_cast<int>(H), embed.wte = embed_.as<__half>(), embed.wpe = llama ? nullptr : positions_.as<__half>();
-        embed.x = x;
-        phases.push_back(embed);
-        auto gemv = [&](int64_t rows, int64_t N, int64_t K, const DeviceBuffer& W, const LinearIn& in, const Out& out, const cuda::L2Prefetch& prefetch) {
-            Phase p;
-            p.kind = Phase::Gemv, p.rows = static_cast<int>(rows), p.N = static_cast<int>(N), p.K = static_cast<int>(K), p.W = W.as<__half>();
-            p.in = smallGemmInput(in, c), p.out = out, p.prefetch = prefetch;
-            phases.push_back(p);
-        };
-        const size_t layer_elems = static_cast<size_t>(num_blocks * c.kv_heads * bs * D);
-        for (int64_t l = 0; l < c.layers; ++l) {
-            const LayerWeights& L = layers_[l];
-            __half* base = static_cast<__half*>(pool) + 2 * l * layer_elems;
-            Out qkv = outputTo(Out::Qkv, nullptr);
-            qkv.qkv = {m, {base, base + layer_elems, static_cast<int>(c.kv_heads), static_cast<int>(D), static_cast<int>(bs)}, static_cast<int>(c.heads),
-                       llama, c.rope_theta, L.qkv_b.as<__half>(), act_.q.as<__half>()};
-            gemv(T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, prefetchPlan(4 * l + 1, prefetch_gemv_));
-            Phase att;
-            att.kind = Phase::Attention, att.kv = qkv.qkv.kv, att.q = act_.q.as<__half>(), att.att = act_.att.as<__half>();
-            att.prefetch = prefetchPlan(4 * l + 1, prefetch_attention_);
-            phases.push_back(att);
-            gemv(T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), prefetchPlan(4 * l + 2, prefetch_gemv_));
-            gemv(T, llama ? 2 * I : I, H, L.up, {In::Norm, x, L.norm2_w.as<float>(), L.norm2_b.as<float>()},
-                 outputTo(llama ? Out::SwiGlu : Out::GeluBias, act_.mlp_act.ptr, L.up_b.as<__half>()), prefetchPlan(4 * l + 3, prefetch_gemv_));
-            gemv(T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), prefetchPlan(4 * l + 4, prefetch_gemv_));
-        }
-        gemv(S, c.vocab, H, *lm_head_, {In::Norm, x, final_w_.as<float>(), final_b_.as<float>(), m.last_token}, outputTo(Out::Float, act_.logits.ptr), {});
-        if (argmax) {
-            Phase p;
-            p.kind = Phase::Argmax, p.rows = static_cast<int>(S), p.N = static_cast<int>(c.vocab), p.values = act_.logits.as<float>(), p.ids = act_.ids.as<int32_t>();
-            phases.push_back(p);
-        }
-        phase_buffers_.emplace(key, upload(phases));
-    }
-
-    // Up to `bytes` of the weight stream from segment `first` on (see compute).
-    cuda::L2Prefetch prefetchPlan(int64_t first, size_t bytes) const {
-        cuda::L2Prefetch p;
-        const int64_t segments = 4 * config_.layers + 1;
-        for (int r = 0; r < 3 && bytes > 0 && first < segments; ++r, ++first) {
-            const DeviceBuffer& w = first == 4 * config_.layers ? *lm_head_ : [&]() -> const DeviceBuffer& {
-                const LayerWeights& L = layers_[first / 4];
-                return first % 4 == 0 ? L.qkv : first % 4 == 1 ? L.o : first % 4 == 2 ? L.up : L.down;
-            }();
-            p.ptr[r] = w.ptr, p.bytes[r] = std::min(bytes, w.bytes);
-            bytes -= p.bytes[r];
-        }
-        return p;
     }
 
     // Stages left out of the step for timing experiments (KILN_LLM_SKIP=attention,o,...):
@@ -483,7 +373,6 @@ private:
             for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
             graphs_.clear();
             eager_sizes_.clear();
-            phase_buffers_.clear();
             KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
             act_ = Activations{};
             act_.tokens = t, act_.chunks = s;
@@ -579,13 +468,8 @@ private:
         const __half* bias = nullptr;
     };
     mutable PendingAdd pending_;
-    bool small_gemm_ = false, persistent_ = false;
-    int sms_ = 0, max_k_ = 0;
-    DeviceBuffer barrier_;                                   // the persistent step's grid barrier
-    mutable std::map<PhaseKey, DeviceBuffer> phase_buffers_;  // its phases per step shape
-    // Weight bytes the attention kernel and each small GEMM prefetch into L2 ahead of them.
-    size_t prefetch_attention_ = size_t(cuda::decoderKnob("PREFETCH_ATTENTION_KB", 0)) << 10;
-    size_t prefetch_gemv_ = size_t(cuda::decoderKnob("PREFETCH_GEMV_KB", 0)) << 10;
+    bool small_gemm_ = false;
+    int sms_ = 0;
     DeviceBuffer attention_partials_, attention_counters_;
     cuda::AttentionScratch attention_scratch_;
 };

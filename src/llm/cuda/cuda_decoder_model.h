@@ -15,7 +15,6 @@ namespace kiln::llm {
 struct CudaDecoderOptions {
     bool cuda_graphs = true;
     bool small_gemm = true;  // fused GEMV kernels for steps of at most 4 tokens (else cuBLAS throughout)
-    bool persistent_step = false;  // those steps as one persistent kernel (KILN_LLM_PERSISTENT=1: on)
 };
 
 // Throws Error when Kiln was built without CUDA or no GPU is usable.

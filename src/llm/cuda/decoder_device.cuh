@@ -34,17 +34,6 @@ __device__ float blockReduce(float v, float* shared, bool max) {
     return max ? warpMax(t) : warpSum(t);
 }
 
-// Issues the L2 prefetches of `p`, 128-byte lines spread over every thread of the grid.
-__device__ __forceinline__ void prefetchToL2(const L2Prefetch& p) {
-    const size_t threads = size_t(gridDim.x) * gridDim.y * gridDim.z * blockDim.x;
-    const size_t thread = (size_t(blockIdx.z) * gridDim.y * gridDim.x + size_t(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
-#pragma unroll
-    for (int r = 0; r < 3; ++r) {
-        const char* base = static_cast<const char*>(p.ptr[r]);
-        for (size_t at = thread * 128; at < p.bytes[r]; at += threads * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + at));
-    }
-}
-
 // Waits until the kernel this one was launched behind has finished and its writes are
 // visible (a no-op when it was launched normally), then lets the next kernel launch.
 __device__ __forceinline__ void waitForPredecessor() {

@@ -31,13 +31,9 @@ __global__ void addNormKernel(int H, const int32_t* row_map, float* x, const __h
 }
 
 template <int R, int P>
-__global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out,
-                                                                  L2Prefetch prefetch) {
+__global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out) {
     extern __shared__ __align__(16) __half xs[];  // [rows][K]
-    smallGemmBlock<R, P>(blockIdx.x, gridDim.x, rows, N, K, W, in, out, xs, [&] {
-        prefetchToL2(prefetch);
-        waitForPredecessor();
-    });
+    smallGemmBlock<R, P>(blockIdx.x, gridDim.x, rows, N, K, W, in, out, xs, [] { waitForPredecessor(); });
 }
 
 __global__ void qkvToCacheKernel(const __half* qkv, QkvDestination d) {
@@ -70,8 +66,7 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 // fewer (KILN_LLM_GEMV_CTAS_PER_SM, for A/B runs: one per SM was 20% slower on the H200;
 // building for three per SM, fewer registers, gained nothing); the warps stride over the tasks.
 template <int R, int P>
-void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, const L2Prefetch& prefetch,
-                         int sms, cudaStream_t s) {
+void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
     static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
     const int warps = kBlockThreads / 32, tasks = N / P;
     const size_t smem = size_t(rows) * K * 2;
@@ -80,15 +75,14 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
-    launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, prefetch);
+    launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out);
 }
 
 template <int P>
-void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, const L2Prefetch& prefetch,
-                          int sms, cudaStream_t s) {
-    if (rows == 1) launchSmallGemmRows<1, P>(rows, N, K, W, in, out, prefetch, sms, s);
-    else if (rows == 2) launchSmallGemmRows<2, P>(rows, N, K, W, in, out, prefetch, sms, s);
-    else launchSmallGemmRows<4, P>(rows, N, K, W, in, out, prefetch, sms, s);
+void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
+    if (rows == 1) launchSmallGemmRows<1, P>(rows, N, K, W, in, out, sms, s);
+    else if (rows == 2) launchSmallGemmRows<2, P>(rows, N, K, W, in, out, sms, s);
+    else launchSmallGemmRows<4, P>(rows, N, K, W, in, out, sms, s);
 }
 
 template <int P>
@@ -131,10 +125,9 @@ bool prepareSmallGemm(int max_k) {
     return allowSmallGemmSmem<1>(bytes) && allowSmallGemmSmem<2>(bytes);
 }
 
-void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, const L2Prefetch& prefetch,
-                     int sms, cudaStream_t s) {
-    if (out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv) launchSmallGemmPairs<2>(rows, N, K, W, in, out, prefetch, sms, s);
-    else launchSmallGemmPairs<1>(rows, N, K, W, in, out, prefetch, sms, s);
+void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
+    if (out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv) launchSmallGemmPairs<2>(rows, N, K, W, in, out, sms, s);
+    else launchSmallGemmPairs<1>(rows, N, K, W, in, out, sms, s);
 }
 
 void launchArgmax(int rows, int n, const float* x, int32_t* ids, cudaStream_t s) {

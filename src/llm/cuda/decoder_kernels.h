@@ -23,14 +23,6 @@ inline int decoderKnob(const char* name, int fallback) {
     return v && *v ? std::atoi(v) : fallback;
 }
 
-// Weight bytes a kernel asks the L2 cache to fetch for the kernels after it (up to three
-// ranges), issued before it waits for its predecessor, so that DRAM keeps streaming
-// weights through the step's latency-bound stretches (attention, launches).
-struct L2Prefetch {
-    const void* ptr[3] = {};
-    size_t bytes[3] = {};
-};
-
 // Device arrays describing one step: T tokens from S chunks.
 struct StepMeta {
     const int32_t* tokens;        // [T]
@@ -86,7 +78,7 @@ struct AttentionScratch {
 };
 constexpr int kMaxAttentionSplits = 16;
 void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, const AttentionScratch& scratch,
-                          __half* out, const L2Prefetch& prefetch, cudaStream_t s);
+                          __half* out, cudaStream_t s);
 // y = in * W^T (W f16 [N][K]) for rows <= kSmallGemmMaxRows token rows, the decode case,
 // where cuBLAS leaves HBM bandwidth unused; the input comes from a fused prologue and
 // the output goes through a fused epilogue, which saves the norm, activation and
@@ -113,45 +105,9 @@ struct SmallGemmOutput {
 // Allows the shared memory the largest K needs; false when the device cannot (then the
 // caller keeps to cuBLAS). K must be a multiple of 8.
 bool prepareSmallGemm(int max_k);
-void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, const L2Prefetch& prefetch,
-                     int sms, cudaStream_t s);
+void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s);
 // ids[r] = the index of row r's largest value (the lowest on ties), rows [rows][n]; NaNs never win.
 void launchArgmax(int rows, int n, const float* x, int32_t* ids, cudaStream_t s);
-// The persistent decode step: one kernel runs a step of at most kSmallGemmMaxRows tokens
-// as a list of phases, one block per SM slot (a cooperative launch, all blocks resident),
-// with a grid-wide barrier between phases instead of kernel boundaries. Each block issues
-// its next weights (and the phase's L2 prefetch) before it waits at the barrier, so the
-// weight stream does not stop while the previous phase drains.
-struct StepPhase {
-    enum Kind { Embed, Gemv, Attention, Argmax } kind = Gemv;
-    int rows = 0;              // Gemv, Argmax: token rows
-    int N = 0, K = 0;          // Gemv: W [N][K]; Argmax: N values per row
-    const __half* W = nullptr;
-    SmallGemmInput in;         // Gemv, as launchSmallGemm
-    SmallGemmOutput out;
-    L2Prefetch prefetch;       // Gemv, Attention
-    KvLayer kv;                // Attention: q [T][heads][D] -> att
-    const __half* q = nullptr;
-    __half* att = nullptr;
-    const __half *wte = nullptr, *wpe = nullptr;  // Embed: -> x [T][K]
-    float* x = nullptr;
-    const float* values = nullptr;  // Argmax: [rows][N] -> ids
-    int32_t* ids = nullptr;
-};
-struct PersistentStep {
-    const StepPhase* phases = nullptr;  // device array
-    int count = 0;
-    int T = 0, heads = 0;
-    float scale = 0.f;  // attention
-    StepMeta meta;
-    AttentionScratch scratch;
-    unsigned* barrier = nullptr;  // two zeroed words, kept between launches
-};
-// Allows the shared memory K needs (as prepareSmallGemm) for the persistent step's kernels.
-bool preparePersistentStep(int max_k);
-// head_dim is 64 or 128; max_k the largest K of its GEMVs. False when it could not launch.
-bool launchPersistentStep(const PersistentStep& step, int head_dim, int max_k, int sms, cudaStream_t s);
-
 // GPT-2: out = gelu_tanh(in + bias), in [T][I]. Llama: out = silu(gate) * up from the
 // interleaved [T][2I] gate|up rows.
 void launchMlpActivation(int T, int I, const __half* in, const __half* bias, bool swiglu, __half* out, cudaStream_t s);

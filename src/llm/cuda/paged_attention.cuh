@@ -1,5 +1,4 @@
-// Paged attention of the decoder step, the work of one block (its kernel's, or the persistent
-// step's). One block per (query head, token, key split): the keys go round-robin to groups of D/8 lanes, each lane holding 16 bytes of q; a group's lanes
+// Paged attention of the decoder step, written as the work of one block. One block per (query head, token, key split): the keys go round-robin to groups of D/8 lanes, each lane holding 16 bytes of q; a group's lanes
 // share a key's dot product by shuffles, and each group keeps its own online softmax (max,
 // sum, output) over its keys, with the key and value loads of several keys in flight at
 // once. The groups then meet in shared memory. When (token, head) pairs are too few to fill
@@ -118,9 +117,11 @@ __device__ __forceinline__ void pagedAttentionBlock(int h, int t, int split, int
 
 // Key splits per (token, head) pair: enough blocks for two per SM. It depends on T only, so
 // a captured graph stays valid as contexts grow (splits past a short context's end exit at once).
+// (KILN_LLM_ATTENTION_SPLITS caps it for A/B runs.)
 inline int attentionSplits(int T, int heads, const AttentionScratch& scratch) {
+    static const int cap = std::clamp(decoderKnob("ATTENTION_SPLITS", kMaxAttentionSplits), 1, kMaxAttentionSplits);
     if (!scratch.partials || T * heads > scratch.capacity) return 1;
-    return std::clamp((2 * scratch.sms + T * heads - 1) / (T * heads), 1, kMaxAttentionSplits);
+    return std::clamp((2 * scratch.sms + T * heads - 1) / (T * heads), 1, cap);
 }
 
 // Keys in flight per group: 8 when few (token, head) pairs leave the GPU latency-bound
