@@ -31,9 +31,10 @@ __global__ void addNormKernel(int H, const int32_t* row_map, float* x, const __h
 }
 
 template <int R, int P>
-__global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out) {
+__global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out,
+                                                                  bool evict_first) {
     extern __shared__ __align__(16) __half xs[];  // [rows][K]
-    smallGemmBlock<R, P>(blockIdx.x, gridDim.x, rows, N, K, W, in, out, xs, [] { waitForPredecessor(); });
+    smallGemmBlock<R, P>(blockIdx.x, gridDim.x, rows, N, K, W, in, out, xs, evict_first, [] { waitForPredecessor(); });
 }
 
 __global__ void qkvToCacheKernel(const __half* qkv, QkvDestination d) {
@@ -68,6 +69,7 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 template <int R, int P>
 void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
     static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
+    static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 1) != 0;
     const int warps = kBlockThreads / 32, tasks = N / P;
     const size_t smem = size_t(rows) * K * 2;
     int per_sm = 1;
@@ -75,7 +77,7 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
-    launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out);
+    launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first);
 }
 
 template <int P>

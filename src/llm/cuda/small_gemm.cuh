@@ -85,22 +85,36 @@ inline __device__ void storeQkvPair(const QkvDestination& d, int t, int h, int i
 // (P = 2 for the interleaved pairs) streams those weight rows with 16-byte loads, the first
 // task's issued before waiting for the previous kernel; the block's input rows, made by the
 // prologue (copy or norm), sit in shared memory; the epilogue stores or fuses per kind.
+// 16 bytes of weights, read once per step: with `evict_first` marked first out of L2 (and
+// kept out of L1), so that streaming the weights does not push out what the step reuses
+// (the KV cache of earlier tokens, activations).
+__device__ __forceinline__ uint4 loadWeights(const uint4* p, bool evict_first, uint64_t policy) {
+    if (!evict_first) return __ldg(p);
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(policy));
+    return v;
+}
+
 // Block `block` of `blocks`; wait() runs once the first weights are in flight, before
 // anything the previous kernel wrote is read.
 template <int R, int P, class Wait>
 __device__ __forceinline__ void smallGemmBlock(int block, int blocks, int rows, int N, int K, const __half* W, const SmallGemmInput& in,
-                                               const SmallGemmOutput& out, __half* xs, Wait wait) {
+                                               const SmallGemmOutput& out, __half* xs, bool evict_first, Wait wait) {
     __shared__ float shared[32];
     constexpr int U = 8;  // 16-byte weight loads in flight per lane and row
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, K8 = K / 8, tasks = N / P;
     const int first = block * warps + warp;
     uint4 wv[P][U];
+    uint64_t policy = 0;
+    if (evict_first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
     auto load = [&](int task, int k0) {
 #pragma unroll
         for (int p = 0; p < P; ++p) {
             const uint4* wrow = reinterpret_cast<const uint4*>(W + (int64_t(task) * P + p) * K);
 #pragma unroll
-            for (int u = 0; u < U; ++u) wv[p][u] = k0 + 32 * u < K8 ? __ldg(wrow + k0 + 32 * u) : make_uint4(0, 0, 0, 0);
+            for (int u = 0; u < U; ++u) wv[p][u] = k0 + 32 * u < K8 ? loadWeights(wrow + k0 + 32 * u, evict_first, policy) : make_uint4(0, 0, 0, 0);
         }
     };
     if (first < tasks) load(first, lane);  // weights do not depend on the previous kernel
