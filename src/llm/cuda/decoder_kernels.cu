@@ -69,7 +69,7 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 template <int R, int P>
 void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
     static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
-    static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 1) != 0;
+    static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 0) != 0;  // off until measured
     const int warps = kBlockThreads / 32, tasks = N / P;
     const size_t smem = size_t(rows) * K * 2;
     int per_sm = 1;
