@@ -69,7 +69,9 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 template <int R, int P>
 void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
     static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
-    static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 0) != 0;  // off until measured
+    // Evict-first weight loads: batch-1 decode on the H200 0.340 -> 0.309 ms/token (GPT-2),
+    // 0.943 -> 0.914 (Llama-1.1B). KILN_LLM_WEIGHTS_EVICT_FIRST=0 turns them off.
+    static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 1) != 0;
     const int warps = kBlockThreads / 32, tasks = N / P;
     const size_t smem = size_t(rows) * K * 2;
     int per_sm = 1;
