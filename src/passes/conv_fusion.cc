@@ -7,10 +7,15 @@ namespace kiln {
 
 namespace {
 
-bool sameKnownShape(const Graph& g, const std::string& a, const std::string& b) {
+// Equal at run time: the same rank and, dim by dim, the same size or the same named symbol
+// ("batch": a model exported with a symbolic batch keeps its residual Adds fused).
+bool sameShapeAtRunTime(const Graph& g, const std::string& a, const std::string& b) {
     const ValueInfo* va = g.findValueInfo(a);
     const ValueInfo* vb = g.findValueInfo(b);
-    return va && vb && va->shape.fullyKnown() && va->shape == vb->shape;
+    if (!va || !vb || !va->shape.rank_known || va->shape != vb->shape) return false;
+    for (const Dim& d : va->shape.dims)
+        if (!d.known() && d.symbol.empty()) return false;
+    return true;
 }
 
 void fuseConvBiasActivation(Graph& g, const RouteValues& route) {
@@ -32,7 +37,7 @@ void fuseConvBiasActivation(Graph& g, const RouteValues& route) {
         int c = index.soleConsumer(fused.outputs[0]);
         if (fuse_residual && c >= 0 && g.nodes[c].op_type == "Add" && !erase[c]) {
             const std::string z = otherInput(g.nodes[c], fused.outputs[0]);
-            if (!z.empty() && z != fused.outputs[0] && sameKnownShape(g, z, fused.outputs[0])) {
+            if (!z.empty() && z != fused.outputs[0] && sameShapeAtRunTime(g, z, fused.outputs[0])) {
                 fused.inputs.push_back(z);
                 fused.outputs[0] = g.nodes[c].outputs[0];
                 erase[c] = true;

@@ -134,6 +134,41 @@ TEST(Passes, BatchNormFoldsIntoConvWeights) {
     expectSameOutputs(g, after, {1, 2, 6, 6});
 }
 
+// A residual Add joins the Conv epilogue when both sides have the same shape at run time:
+// equal sizes or the same named symbol (a symbolic batch), not when a dim is unknown.
+TEST(Passes, ConvResidualFusesAcrossASymbolicBatch) {
+    const Dim batch{-1, "batch"}, unknown{-1, ""};
+    auto shape = [](std::vector<Dim> dims) {
+        Shape s;
+        s.dims = std::move(dims), s.rank_known = true;
+        return s;
+    };
+    std::mt19937 rng(6);
+    for (bool named : {true, false}) {
+        const Dim n = named ? batch : unknown;
+        Graph g;
+        g.opset = 17;
+        g.inputs = {{"x", DType::F32, shape({n, {2, ""}, {6, ""}, {6, ""}})}, {"r", DType::F32, shape({n, {3, ""}, {6, ""}, {6, ""}})}};
+        g.initializers["w"] = randomTensor({3, 2, 3, 3}, rng);
+        g.initializers["b"] = randomTensor({3}, rng);
+        Attributes pads;
+        pads.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+        g.nodes = {Node{"c", "Conv", "", {"x", "w", "b"}, {"c"}, pads}, Node{"add", "Add", "", {"c", "r"}, {"y"}, {}}};
+        g.value_info["c"] = {"c", DType::F32, shape({n, {3, ""}, {6, ""}, {6, ""}})};
+        g.outputs = {{"y", DType::F32, {}}};
+        Graph after = g;
+        convBiasActivationFusionPass().run(after, defaults());
+        if (!named) {
+            EXPECT_EQ(opTypes(after), (std::vector<std::string>{"Conv", "Add"}));
+            continue;
+        }
+        ASSERT_EQ(opTypes(after), std::vector<std::string>{"FusedConv"});
+        EXPECT_EQ(after.nodes[0].inputs.back(), "r");
+        TensorMap in = {{"x", randomTensor({4, 2, 6, 6}, rng)}, {"r", randomTensor({4, 3, 6, 6}, rng)}};
+        EXPECT_LT(compareOutputs(GraphExecutor(after).run(in)[0], GraphExecutor(g).run(in)[0], "y").rel_l2, 1e-5);
+    }
+}
+
 TEST(Passes, AttentionAndGemmEpiloguesFuse) {
     Graph g = withInput({2, 4, 8});
     std::mt19937 rng(2);
