@@ -81,10 +81,6 @@ inline __device__ void storeQkvPair(const QkvDestination& d, int t, int h, int i
     dst[i + half] = __float2half(c);
 }
 
-// y[r] = in[r] * W^T for a few rows (R at most): a warp per task of P adjacent output rows
-// (P = 2 for the interleaved pairs) streams those weight rows with 16-byte loads, the first
-// task's issued before waiting for the previous kernel; the block's input rows, made by the
-// prologue (copy or norm), sit in shared memory; the epilogue stores or fuses per kind.
 // 16 bytes of weights, read once per step: with `evict_first` marked first out of L2 (and
 // kept out of L1), so that streaming the weights does not push out what the step reuses
 // (the KV cache of earlier tokens, activations).
@@ -97,6 +93,10 @@ __device__ __forceinline__ uint4 loadWeights(const uint4* p, bool evict_first, u
     return v;
 }
 
+// y[r] = in[r] * W^T for a few rows (R at most): a warp per task of P adjacent output rows
+// (P = 2 for the interleaved pairs) streams those weight rows with 16-byte loads, the first
+// task's issued before waiting for the previous kernel; the block's input rows, made by the
+// prologue (copy or norm), sit in shared memory; the epilogue stores or fuses per kind.
 // Block `block` of `blocks`; wait() runs once the first weights are in flight, before
 // anything the previous kernel wrote is read.
 template <int R, int P, class Wait>
