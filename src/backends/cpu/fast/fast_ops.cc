@@ -293,8 +293,9 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
     float* py = y.data<float>();
     if (k[0] == 2 && k[1] == 2 && st[0] == 2 && st[1] == 2 && pads.begin[0] == 0 && pads.begin[1] == 0 && out[0] * 2 <= H && out[1] * 2 <= W) {
         // The common 2x2 / stride-2 window, with no padding inside the image: no bounds checks.
+        // Parallel from 4K outputs (small_cnn's pool at batch 2, 8K outputs: 5.7 -> 3.9 us).
         const bool avx2 = cpuHasAvx2Fma();
-#pragma omp parallel for schedule(static) if (N * C * out[0] * out[1] > 16384)
+#pragma omp parallel for schedule(static) if (N * C * out[0] * out[1] > 4096)
         for (int64_t nc = 0; nc < N * C; ++nc)
             for (int64_t oh = 0; oh < out[0]; ++oh) {
                 const float* r0 = px + (nc * H + 2 * oh) * W;
@@ -306,7 +307,7 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
             }
         return {y};
     }
-#pragma omp parallel for schedule(static) if (N * C * out[0] * out[1] > 16384)
+#pragma omp parallel for schedule(static) if (N * C * out[0] * out[1] > 4096)
     for (int64_t nc = 0; nc < N * C; ++nc)
         for (int64_t oh = 0; oh < out[0]; ++oh)
             for (int64_t ow = 0; ow < out[1]; ++ow) {
@@ -332,7 +333,8 @@ std::vector<Tensor> fastGlobalAveragePool(const KernelContext& ctx) {
     Tensor y = ctx.output(0, DType::F32, out_dims);
     const float* px = x.data<float>();
     float* py = y.data<float>();
-#pragma omp parallel for schedule(static) if (x.numel() > 65536)
+    // Parallel from 8K inputs (small_cnn's at batch 2, 16K: 3.6 -> 2.6 us).
+#pragma omp parallel for schedule(static) if (x.numel() > 8192)
     for (int64_t p = 0; p < planes; ++p) {
         // Double sums (the reference's accuracy on large planes) in eight independent lanes:
         // one running sum would wait on the add latency at every element.
