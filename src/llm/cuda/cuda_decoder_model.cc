@@ -265,8 +265,15 @@ private:
         profiler_.stage(stream_, stage);
         if (skipped(stage)) return;
         if (small) {
-            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), smallGemmInput(in, c), out, sms_,
-                                  stream_);
+            cuda::SmallGemmInput si;
+            si.kind = in.kind;
+            if (in.kind == cuda::SmallGemmInput::Norm) {
+                si.residual = static_cast<const float*>(in.x), si.row_map = in.row_map, si.norm_w = in.norm_w, si.norm_b = in.norm_b;
+                si.eps = c.norm_eps, si.rms = llama;
+            } else {
+                si.x = static_cast<const __half*>(in.x);
+            }
+            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), si, out, sms_, stream_);
             return;
         }
         const void* x = in.x;
@@ -342,28 +349,15 @@ private:
         KILN_CUDA_CHECK(cudaGetLastError());
     }
 
-    static cuda::SmallGemmInput smallGemmInput(const LinearIn& in, const DecoderConfig& c) {
-        cuda::SmallGemmInput si;
-        si.kind = in.kind;
-        if (in.kind == cuda::SmallGemmInput::Norm) {
-            si.residual = static_cast<const float*>(in.x), si.row_map = in.row_map, si.norm_w = in.norm_w, si.norm_b = in.norm_b;
-            si.eps = c.norm_eps, si.rms = c.family == Family::Llama;
-        } else {
-            si.x = static_cast<const __half*>(in.x);
-        }
-        return si;
-    }
-
     // Stages left out of the step for timing experiments (KILN_LLM_SKIP=attention,o,...):
     // the output is wrong then; the difference in step time is what the stage costs.
-    static const std::string& skipList() {
+    static bool skipped(const std::string& stage) {
         static const std::string skip = [] {
             const char* v = std::getenv("KILN_LLM_SKIP");
             return v && *v ? "," + std::string(v) + "," : std::string();
         }();
-        return skip;
+        return !skip.empty() && skip.find("," + stage + ",") != std::string::npos;
     }
-    bool skipped(const std::string& stage) const { return !skipList().empty() && skipList().find("," + stage + ",") != std::string::npos; }
 
     void ensureCapacity(int64_t T, int64_t S, int max_blocks) const {
         const DecoderConfig& c = config_;

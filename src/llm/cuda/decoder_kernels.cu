@@ -6,14 +6,84 @@
 #include <cstdlib>
 #include <string>
 
-#include "llm/cuda/small_gemm.cuh"
+#include "llm/cuda/decoder_device.cuh"
 
 namespace kiln::llm::cuda {
 
 namespace {
 
-__global__ void embedKernel(int T, int H, StepMeta m, const __half* wte, const __half* wpe, float* x) {
-    embedRows(blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x, T, H, m, wte, wpe, x);
+__device__ float blockSum(float v, float* shared) { return blockReduce<kBlockThreads>(v, shared, false); }
+
+__global__ void embedKernel(int H, StepMeta m, const __half* wte, const __half* wpe, float* x) {
+    const int t = blockIdx.x;
+    const int64_t tok = m.tokens[t], pos = m.positions[t];
+    for (int j = threadIdx.x; j < H; j += blockDim.x)
+        x[int64_t(t) * H + j] = __half2float(wte[tok * H + j]) + (wpe ? __half2float(wpe[pos * H + j]) : 0.f);
+}
+
+// out = LayerNorm/RMSNorm(xr) * w (+ b) over one row, by the whole block (kBlockThreads).
+// The row is read once into registers (rows up to kNormCached * kBlockThreads long).
+constexpr int kNormCached = 16;
+__device__ void normRow(int H, const float* xr, const float* w, const float* b, float eps, bool rms, float* shared, __half* out) {
+    if (H > kNormCached * kBlockThreads) {  // long rows: re-read from global memory
+        float sum = 0.f;
+        if (!rms)
+            for (int j = threadIdx.x; j < H; j += blockDim.x) sum += xr[j];
+        const float mean = rms ? 0.f : blockSum(sum, shared) / H;
+        float sq = 0.f;
+        for (int j = threadIdx.x; j < H; j += blockDim.x) sq += (xr[j] - mean) * (xr[j] - mean);
+        const float inv = rsqrtf(blockSum(sq, shared) / H + eps);
+        for (int j = threadIdx.x; j < H; j += blockDim.x) out[j] = __float2half((xr[j] - mean) * inv * w[j] + (b ? b[j] : 0.f));
+        return;
+    }
+    float v[kNormCached];
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kNormCached; ++i) {
+        const int j = threadIdx.x + i * kBlockThreads;
+        v[i] = j < H ? xr[j] : 0.f;
+        sum += v[i];
+    }
+    const float mean = rms ? 0.f : blockSum(sum, shared) / H;
+    float sq = 0.f;
+#pragma unroll
+    for (int i = 0; i < kNormCached; ++i)
+        if (threadIdx.x + i * kBlockThreads < H) sq += (v[i] - mean) * (v[i] - mean);
+    const float inv = rsqrtf(blockSum(sq, shared) / H + eps);
+#pragma unroll
+    for (int i = 0; i < kNormCached; ++i) {
+        const int j = threadIdx.x + i * kBlockThreads;
+        if (j < H) out[j] = __float2half((v[i] - mean) * inv * w[j] + (b ? b[j] : 0.f));
+    }
+}
+
+__device__ __forceinline__ float geluTanh(float a) { return 0.5f * a * (1.f + tanhf(0.7978845608f * (a + 0.044715f * a * a * a))); }
+__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
+
+// One (token, head, pair i) of q|k|v: a = row h*D + i, c = row h*D + i + D/2, bias added,
+// rotated (q and k heads, Llama), stored to q or the cache.
+__device__ void storeQkvPair(const QkvDestination& d, int t, int h, int i, float a, float c) {
+    const int D = d.kv.head_dim, half = D / 2;
+    if (d.bias) a += __half2float(d.bias[h * D + i]), c += __half2float(d.bias[h * D + i + half]);
+    if (d.rope && h < d.heads + d.kv.kv_heads) {  // q and k heads rotate, v does not
+        const float inv_freq = 1.f / powf(d.theta, float(2 * i) / float(D));
+        float sn, cs;
+        sincosf(float(d.meta.positions[t]) * inv_freq, &sn, &cs);
+        const float ra = a * cs - c * sn, rc = c * cs + a * sn;
+        a = ra, c = rc;
+    }
+    __half* dst;
+    if (h < d.heads) {
+        dst = d.q + (int64_t(t) * d.heads + h) * D;
+    } else {
+        const int slot = d.meta.slots[t];
+        const int64_t block = slot / d.kv.block_size, offset = slot % d.kv.block_size;
+        const bool is_k = h < d.heads + d.kv.kv_heads;
+        const int kh = is_k ? h - d.heads : h - d.heads - d.kv.kv_heads;
+        dst = (is_k ? d.kv.k : d.kv.v) + ((block * d.kv.kv_heads + kh) * d.kv.block_size + offset) * D;
+    }
+    dst[i] = __float2half(a);
+    dst[i + half] = __float2half(c);
 }
 
 __global__ void addNormKernel(int H, const int32_t* row_map, float* x, const __half* add, const __half* add_bias, const float* w, const float* b,
@@ -30,11 +100,109 @@ __global__ void addNormKernel(int H, const int32_t* row_map, float* x, const __h
     normRow(H, xr, w, b, eps, rms, shared, out + int64_t(r) * H);
 }
 
+// 16 bytes of weights, read once per step: with `evict_first` marked first out of L2 (and
+// kept out of L1), so that streaming the weights does not push out what the step reuses
+// (the KV cache of earlier tokens, activations).
+__device__ __forceinline__ uint4 loadWeights(const uint4* p, bool evict_first, uint64_t policy) {
+    if (!evict_first) return __ldg(p);
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(policy));
+    return v;
+}
+
+// y[r] = in[r] * W^T for a few rows (R at most): a warp per task of P adjacent output rows
+// (P = 2 for the interleaved pairs) streams those weight rows with 16-byte loads, the first
+// task's issued before waiting for the previous kernel; the block's input rows, made by the
+// prologue (copy or norm), sit in shared memory; the epilogue stores or fuses per kind.
 template <int R, int P>
 __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out,
                                                                   bool evict_first) {
     extern __shared__ __align__(16) __half xs[];  // [rows][K]
-    smallGemmBlock<R, P>(blockIdx.x, gridDim.x, rows, N, K, W, in, out, xs, evict_first, [] { waitForPredecessor(); });
+    __shared__ float shared[32];
+    constexpr int U = 8;  // 16-byte weight loads in flight per lane and row
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, K8 = K / 8, tasks = N / P;
+    const int first = blockIdx.x * warps + warp;
+    uint4 wv[P][U];
+    uint64_t policy = 0;
+    if (evict_first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    auto load = [&](int task, int k0) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            const uint4* wrow = reinterpret_cast<const uint4*>(W + (int64_t(task) * P + p) * K);
+#pragma unroll
+            for (int u = 0; u < U; ++u) wv[p][u] = k0 + 32 * u < K8 ? loadWeights(wrow + k0 + 32 * u, evict_first, policy) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    if (first < tasks) load(first, lane);  // weights do not depend on the previous kernel
+    waitForPredecessor();
+    for (int r = 0; r < rows; ++r) {
+        __half* dst = xs + int64_t(r) * K;
+        if (in.kind == SmallGemmInput::Norm) {
+            const int64_t t = in.row_map ? in.row_map[r] : r;
+            normRow(K, in.residual + t * K, in.norm_w, in.norm_b, in.eps, in.rms, shared, dst);
+        } else {
+            const uint4* src = reinterpret_cast<const uint4*>(in.x + int64_t(r) * K);
+            for (int j = threadIdx.x; j < K8; j += blockDim.x) reinterpret_cast<uint4*>(dst)[j] = src[j];
+        }
+    }
+    __syncthreads();
+    bool loaded = true;
+    for (int task = first; task < tasks; task += gridDim.x * warps) {
+        float acc[P][R] = {};
+        for (int k0 = lane; k0 < K8; k0 += 32 * U) {
+            if (!loaded) load(task, k0);
+            loaded = false;
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int k = k0 + 32 * u;
+                if (k >= K8) break;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (r >= rows) break;
+                    const uint4 xv = reinterpret_cast<const uint4*>(xs + int64_t(r) * K)[k];
+                    const __half2* x2 = reinterpret_cast<const __half2*>(&xv);
+#pragma unroll
+                    for (int p = 0; p < P; ++p) {
+                        const __half2* w2 = reinterpret_cast<const __half2*>(&wv[p][u]);
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const float2 wf = __half22float2(w2[i]), xf = __half22float2(x2[i]);
+                            acc[p][r] += wf.x * xf.x + wf.y * xf.y;
+                        }
+                    }
+                }
+            }
+        }
+        // The next task's first chunk is in flight during this task's reduction and epilogue.
+        if (task + gridDim.x * warps < tasks) load(task + gridDim.x * warps, lane), loaded = true;
+#pragma unroll
+        for (int p = 0; p < P; ++p)
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[p][r] = warpSum(acc[p][r]);
+        if (lane >= rows || lane >= R) continue;  // lane r stores token row r
+        float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if (r == lane) a0 = acc[0][r], a1 = acc[P - 1][r];
+        const int r = lane;
+        if constexpr (P == 2) {
+            if (out.kind == SmallGemmOutput::SwiGlu) {
+                static_cast<__half*>(out.y)[int64_t(r) * tasks + task] = __float2half(silu(a0) * a1);
+            } else {  // Qkv: task = head * D/2 + i
+                const int half = out.qkv.kv.head_dim / 2;
+                storeQkvPair(out.qkv, r, task / half, task % half, a0, a1);
+            }
+        } else {
+            const int64_t at = int64_t(r) * N + task;
+            const float bias = out.bias ? __half2float(out.bias[task]) : 0.f;
+            if (out.kind == SmallGemmOutput::Half) static_cast<__half*>(out.y)[at] = __float2half(a0);
+            else if (out.kind == SmallGemmOutput::Float) static_cast<float*>(out.y)[at] = a0;
+            else if (out.kind == SmallGemmOutput::GeluBias) static_cast<__half*>(out.y)[at] = __float2half(geluTanh(a0 + bias));
+            else static_cast<float*>(out.y)[at] += a0 + bias;
+        }
+    }
 }
 
 __global__ void qkvToCacheKernel(const __half* qkv, QkvDestination d) {
@@ -60,7 +228,52 @@ __global__ void mlpActivationKernel(int I, const __half* in, const __half* bias,
 
 __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
     waitForPredecessor();
-    argmaxBlock(blockIdx.x, n, x, ids);
+    __shared__ float best_value[32];
+    __shared__ int best_index[32];
+    const float* values = x + int64_t(blockIdx.x) * n;
+    float v = -INFINITY;
+    int at = n;  // no candidate yet
+    // Each thread sees its values in increasing index order and keeps the first maximum.
+    auto consider = [&](float value, int j) {
+        if (value > v || (at == n && value == v)) v = value, at = j;
+    };
+    // Four float4 loads in flight per thread (one float at a time left a 1024-thread block
+    // latency-bound: 13-18 us for a 32K-50K vocabulary on the H200); rows need not be
+    // 16-byte aligned (GPT-2's 50,257), so a scalar head and tail go around the body.
+    const int head = min(n, int((16 - (reinterpret_cast<uintptr_t>(values) & 15)) % 16 / 4));
+    for (int j = threadIdx.x; j < head; j += blockDim.x) consider(values[j], j);
+    const float4* body = reinterpret_cast<const float4*>(values + head);
+    const int quads = (n - head) / 4;
+    constexpr int kInFlight = 4;
+    for (int q0 = threadIdx.x; q0 < quads; q0 += kInFlight * blockDim.x) {
+        float4 f[kInFlight];
+#pragma unroll
+        for (int u = 0; u < kInFlight; ++u)
+            if (q0 + u * int(blockDim.x) < quads) f[u] = body[q0 + u * blockDim.x];
+#pragma unroll
+        for (int u = 0; u < kInFlight; ++u) {
+            const int qi = q0 + u * blockDim.x, j = head + 4 * qi;
+            if (qi >= quads) break;
+            consider(f[u].x, j), consider(f[u].y, j + 1), consider(f[u].z, j + 2), consider(f[u].w, j + 3);
+        }
+    }
+    for (int j = head + 4 * quads + threadIdx.x; j < n; j += blockDim.x) consider(values[j], j);
+    // (v, at) becomes the warp's best: the larger value, the lower index on ties.
+    auto warpBest = [&] {
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, at, o);
+            if (ov > v || (ov == v && oi < at)) v = ov, at = oi;
+        }
+    };
+    warpBest();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) best_value[warp] = v, best_index[warp] = at;
+    __syncthreads();
+    if (warp > 0) return;
+    v = lane < int(blockDim.x / 32) ? best_value[lane] : -INFINITY, at = lane < int(blockDim.x / 32) ? best_index[lane] : n;
+    warpBest();
+    if (lane == 0) ids[blockIdx.x] = at < n ? at : 0;  // all NaN: id 0
 }
 
 // A resident wave of blocks: as many as fit on each SM at this shared-memory size, or
@@ -109,7 +322,7 @@ bool programmaticLaunchEnabled() {
 }
 
 void launchEmbed(int T, int H, const StepMeta& m, const __half* wte, const __half* wpe, float* x, cudaStream_t s) {
-    embedKernel<<<T, 256, 0, s>>>(T, H, m, wte, wpe, x);  // after the metadata copy: launched normally
+    embedKernel<<<T, 256, 0, s>>>(H, m, wte, wpe, x);  // after the metadata copy: launched normally
 }
 
 void launchAddNorm(int rows, int H, const int32_t* row_map, float* x, const __half* add, const __half* add_bias, const float* w, const float* b,
