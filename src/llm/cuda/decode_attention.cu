@@ -2,7 +2,8 @@
 // go round-robin to groups of D/8 lanes, each lane holding 16 bytes of q; a group's lanes
 // share a key's dot product by shuffles, and each group keeps its own online softmax (max,
 // sum, output) over its keys, with the key and value loads of several keys in flight at
-// once. The groups then meet in shared memory. When (token, head) pairs are too few to fill
+// once and one rescale per round. The groups of a warp then meet by shuffles, the warps in
+// shared memory. When (token, head) pairs are too few to fill
 // the GPU (batch-1 decode), the keys split over several CTAs (flash-decoding): each writes
 // its max, sum and unnormalized output, and the last to finish combines them.
 #include <algorithm>
@@ -15,25 +16,25 @@ namespace {
 
 constexpr int kAttentionThreads = 256;
 // Below this many keys a split is not worth its combine step (two more dependent trips to
-// memory): one CTA's 32 groups take 256 keys in two rounds of loads.
+// memory): one CTA's 32 groups take 256 keys (D = 64) in one round of loads.
 // (KILN_LLM_ATTENTION_MIN_SPLIT changes it for A/B runs.)
 constexpr int kMinKeysPerSplit = 256;
 
-// kKeysInFlight: keys per group whose loads are issued together.
-template <int D, int kKeysInFlight>
+// kKeys: keys per group in one round of loads, all issued together.
+template <int D, int kKeys>
 __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale,
                                                                           AttentionScratch scratch, int min_split, __half* out) {
     waitForPredecessor();
-    constexpr int kLanesPerKey = D / 8, kGroups = kAttentionThreads / kLanesPerKey;
-    __shared__ float group_out[kGroups][D + 1];
-    __shared__ float group_max[kGroups], group_sum[kGroups];
+    constexpr int kLanesPerKey = D / 8, kGroups = kAttentionThreads / kLanesPerKey, kWarps = kAttentionThreads / 32;
+    __shared__ float warp_out[kWarps][D];
+    __shared__ float warp_max[kWarps], warp_sum[kWarps];
     __shared__ bool last;
     const int h = blockIdx.x, t = blockIdx.y, split = blockIdx.z, splits = gridDim.z;  // splits: for the longest context
-    const int g = threadIdx.x % kLanesPerKey, group = threadIdx.x / kLanesPerKey;
+    const int g = threadIdx.x % kLanesPerKey, group = threadIdx.x / kLanesPerKey, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kh = h / (heads / kv.kv_heads);
     const int len = m.positions[t] + 1;
-    // This split's keys, in whole rounds of kGroups keys and at least kMinKeysPerSplit: a
-    // short context stays in one CTA (no combine), splits past the context's end leave.
+    // This split's keys, in whole rounds of kGroups keys and at least min_split: a short
+    // context stays in one CTA (no combine), splits past the context's end leave.
     const int per_split = max(min_split, ((len + splits - 1) / splits + kGroups - 1) / kGroups * kGroups);
     const int active = (len + per_split - 1) / per_split;
     if (split >= active) return;
@@ -46,42 +47,62 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
     auto address = [&](int j) { return ((int64_t(table[j / kv.block_size]) * kv.kv_heads + kh) * kv.block_size + j % kv.block_size) * D + g * 8; };
     float run_max = -INFINITY, run_sum = 0.f;
     // Uniform trip counts across the block: the shuffles need whole groups (a group sits in one warp).
-    for (int base = begin; base < end; base += kGroups * kKeysInFlight) {
-        uint4 kvec[kKeysInFlight], vvec[kKeysInFlight];
+    for (int base = begin; base < end; base += kGroups * kKeys) {
+        uint4 kvec[kKeys], vvec[kKeys];
 #pragma unroll
-        for (int u = 0; u < kKeysInFlight; ++u) {
+        for (int u = 0; u < kKeys; ++u) {
             const int j = base + u * kGroups + group;
             kvec[u] = vvec[u] = make_uint4(0, 0, 0, 0);
             if (j < end) kvec[u] = *reinterpret_cast<const uint4*>(kv.k + address(j)), vvec[u] = *reinterpret_cast<const uint4*>(kv.v + address(j));
         }
+        // The round's scores first, then one rescale for all of them: the keys' softmax
+        // steps do not wait on each other.
+        float dot[kKeys];
+        float top = run_max;
 #pragma unroll
-        for (int u = 0; u < kKeysInFlight; ++u) {
+        for (int u = 0; u < kKeys; ++u) {
             const __half2* k2 = reinterpret_cast<const __half2*>(&kvec[u]);
-            float dot = 0.f;
-            for (int i = 0; i < 4; ++i) dot += qf[2 * i] * __low2float(k2[i]) + qf[2 * i + 1] * __high2float(k2[i]);
-            for (int o = kLanesPerKey / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-            if (base + u * kGroups + group >= end) continue;
-            const float new_max = fmaxf(run_max, dot);
-            const float corr = __expf(run_max - new_max), p = __expf(dot - new_max);  // corr 0 on a group's first key
-            const __half2* v2 = reinterpret_cast<const __half2*>(&vvec[u]);
-            for (int i = 0; i < 4; ++i) acc[2 * i] = acc[2 * i] * corr + p * __low2float(v2[i]), acc[2 * i + 1] = acc[2 * i + 1] * corr + p * __high2float(v2[i]);
-            run_sum = run_sum * corr + p, run_max = new_max;
+            float d = 0.f;
+            for (int i = 0; i < 4; ++i) d += qf[2 * i] * __low2float(k2[i]) + qf[2 * i + 1] * __high2float(k2[i]);
+            for (int o = kLanesPerKey / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            dot[u] = base + u * kGroups + group < end ? d : -INFINITY;
+            top = fmaxf(top, dot[u]);
         }
+        if (top == -INFINITY) continue;  // no key for this group yet
+        const float corr = __expf(run_max - top);  // 0 before the group's first key
+        run_sum *= corr;
+        for (int i = 0; i < 8; ++i) acc[i] *= corr;
+#pragma unroll
+        for (int u = 0; u < kKeys; ++u) {
+            const float p = __expf(dot[u] - top);  // 0 past the end
+            const __half2* v2 = reinterpret_cast<const __half2*>(&vvec[u]);
+            for (int i = 0; i < 4; ++i) acc[2 * i] += p * __low2float(v2[i]), acc[2 * i + 1] += p * __high2float(v2[i]);
+            run_sum += p;
+        }
+        run_max = top;
     }
-    for (int i = 0; i < 8; ++i) group_out[group][g * 8 + i] = acc[i];
-    if (g == 0) group_max[group] = run_max, group_sum[group] = run_sum;
+    // The groups of a warp meet by shuffles (lanes kLanesPerKey apart hold the same
+    // dimensions), then the warps in shared memory. A side without keys has max -inf, sum 0.
+    auto weight = [](float mx, float top) { return mx == -INFINITY ? 0.f : __expf(mx - top); };
+    for (int o = kLanesPerKey; o < 32; o <<= 1) {
+        const float other_max = __shfl_xor_sync(0xffffffffu, run_max, o), other_sum = __shfl_xor_sync(0xffffffffu, run_sum, o);
+        const float top = fmaxf(run_max, other_max), mine = weight(run_max, top), theirs = weight(other_max, top);
+        for (int i = 0; i < 8; ++i) acc[i] = acc[i] * mine + __shfl_xor_sync(0xffffffffu, acc[i], o) * theirs;
+        run_sum = run_sum * mine + other_sum * theirs, run_max = top;
+    }
+    if (lane < kLanesPerKey)
+        for (int i = 0; i < 8; ++i) warp_out[warp][g * 8 + i] = acc[i];
+    if (lane == 0) warp_max[warp] = run_max, warp_sum[warp] = run_sum;
     __syncthreads();
-    // Thread d merges the groups' outputs for dimension d (groups without keys have sum 0).
     float top = -INFINITY;
-    for (int k = 0; k < kGroups; ++k) top = fmaxf(top, group_max[k]);
-    float total = 0.f;
-    for (int k = 0; k < kGroups; ++k)
-        if (group_sum[k] > 0.f) total += group_sum[k] * __expf(group_max[k] - top);
-    float merged = 0.f;
+    for (int w = 0; w < kWarps; ++w) top = fmaxf(top, warp_max[w]);
+    float total = 0.f, merged = 0.f;
     const int d = threadIdx.x;
-    if (d < D)
-        for (int k = 0; k < kGroups; ++k)
-            if (group_sum[k] > 0.f) merged += group_out[k][d] * __expf(group_max[k] - top);
+    for (int w = 0; w < kWarps; ++w) {
+        const float c = weight(warp_max[w], top);
+        total += warp_sum[w] * c;
+        if (d < D) merged += warp_out[w][d] * c;
+    }
     __half* dst = out + (int64_t(t) * heads + h) * D;
     if (active == 1) {
         if (d < D) dst[d] = __float2half(merged / total);
@@ -128,11 +149,11 @@ void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, 
     int splits = 1;
     if (scratch.partials && T * heads <= scratch.capacity) splits = std::clamp((2 * scratch.sms + T * heads - 1) / (T * heads), 1, cap);
     const dim3 grid(heads, T, splits);
-    // Keys in flight per group: 8 when few (token, head) pairs leave the GPU latency-bound
-    // (GPT-2's 12 heads at batch 1: 0.358 -> 0.349 ms/token on the H200; Llama-1.1B's 32:
-    // 0.952 -> 0.959, so 4 there). KILN_LLM_ATTENTION_KEYS=4 or 8 forces one.
+    // Keys in flight per group: 8 (one round for a 256-key split at D = 64) while the
+    // (token, head) pairs leave SMs idle, as in batch-1 decode; 4 keeps registers down when
+    // pairs are many. KILN_LLM_ATTENTION_KEYS=4 or 8 forces one.
     static const int forced = decoderKnob("ATTENTION_KEYS", 0);
-    const bool eight = forced ? forced == 8 : T * heads <= 16;
+    const bool eight = forced ? forced == 8 : T * heads < scratch.sms;
     static const int min_split = std::max(32, decoderKnob("ATTENTION_MIN_SPLIT", kMinKeysPerSplit));
     auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, min_split, out); };
     if (kv.head_dim == 64) eight ? run(pagedAttentionKernel<64, 8>) : run(pagedAttentionKernel<64, 4>);
