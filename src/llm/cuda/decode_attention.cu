@@ -149,11 +149,12 @@ void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, 
     int splits = 1;
     if (scratch.partials && T * heads <= scratch.capacity) splits = std::clamp((2 * scratch.sms + T * heads - 1) / (T * heads), 1, cap);
     const dim3 grid(heads, T, splits);
-    // Keys in flight per group: 8 (one round for a 256-key split at D = 64) while the
-    // (token, head) pairs leave SMs idle, as in batch-1 decode; 4 keeps registers down when
-    // pairs are many. KILN_LLM_ATTENTION_KEYS=4 or 8 forces one.
+    // Keys in flight per group: 8 (one round for a 256-key split at D = 64) when very few
+    // (token, head) pairs leave the GPU latency-bound, else 4. H200, batch-1 ms/token with
+    // 8 / 4: GPT-2 (12 heads) 0.278 / 0.277, Llama-1.1B (32 heads) 0.874 / 0.862.
+    // KILN_LLM_ATTENTION_KEYS=4 or 8 forces one.
     static const int forced = decoderKnob("ATTENTION_KEYS", 0);
-    const bool eight = forced ? forced == 8 : T * heads < scratch.sms;
+    const bool eight = forced ? forced == 8 : T * heads <= 16;
     static const int min_split = std::max(32, decoderKnob("ATTENTION_MIN_SPLIT", kMinKeysPerSplit));
     auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, min_split, out); };
     if (kv.head_dim == 64) eight ? run(pagedAttentionKernel<64, 8>) : run(pagedAttentionKernel<64, 4>);
