@@ -311,13 +311,7 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P>, kBlockThreads, smem);
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
-    // Rounds of tasks per warp over the resident wave, then only as many blocks as spread
-    // them evenly: Llama-1.1B's 5,632 gate|up pairs take three rounds on 235 blocks instead
-    // of two or three on 264, where the three-round warps set the time.
-    // (KILN_LLM_GEMV_BALANCE=0: the whole wave.)
-    static const bool balance = decoderKnob("GEMV_BALANCE", 1) != 0;
-    const int wave = per_sm * sms, rounds = (tasks + warps * wave - 1) / (warps * wave);
-    const int blocks = balance ? (tasks + warps * rounds - 1) / (warps * rounds) : std::min((tasks + warps - 1) / warps, wave);
+    const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
     launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first);
 }
 
