@@ -3,9 +3,11 @@
 // share a key's dot product by shuffles, and each group keeps its own online softmax (max,
 // sum, output) over its keys, with the key and value loads of several keys in flight at
 // once and one rescale per round. The groups of a warp then meet by shuffles, the warps in
-// shared memory. When (token, head) pairs are too few to fill
-// the GPU (batch-1 decode), the keys split over several CTAs (flash-decoding): each writes
-// its max, sum and unnormalized output, and the last to finish combines them.
+// shared memory. The first round's cached keys load before waiting for the kernel that
+// writes q (programmatic dependent launch), so they overlap its tail. When (token, head)
+// pairs are too few to fill the GPU (batch-1 decode), the keys split over several CTAs
+// (flash-decoding): each writes its max, sum and unnormalized output, and the last to
+// finish combines them.
 #include <algorithm>
 
 #include "llm/cuda/decoder_device.cuh"
@@ -24,7 +26,6 @@ constexpr int kMinKeysPerSplit = 256;
 template <int D, int kKeys>
 __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale,
                                                                           AttentionScratch scratch, int min_split, __half* out) {
-    waitForPredecessor();
     constexpr int kLanesPerKey = D / 8, kGroups = kAttentionThreads / kLanesPerKey, kWarps = kAttentionThreads / 32;
     __shared__ float warp_out[kWarps][D];
     __shared__ float warp_max[kWarps], warp_sum[kWarps];
@@ -32,28 +33,41 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
     const int h = blockIdx.x, t = blockIdx.y, split = blockIdx.z, splits = gridDim.z;  // splits: for the longest context
     const int g = threadIdx.x % kLanesPerKey, group = threadIdx.x / kLanesPerKey, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kh = h / (heads / kv.kv_heads);
-    const int len = m.positions[t] + 1;
+    // The step's metadata and the keys cached by earlier steps do not depend on the previous
+    // kernel (which writes q and this step's keys): they are read before waiting for it.
+    const int len = m.positions[t] + 1, chunk = m.token_chunk[t];
+    const int fresh = m.positions[chunk == 0 ? 0 : m.last_token[chunk - 1] + 1];  // keys from here on are this step's
     // This split's keys, in whole rounds of kGroups keys and at least min_split: a short
     // context stays in one CTA (no combine), splits past the context's end leave.
     const int per_split = max(min_split, ((len + splits - 1) / splits + kGroups - 1) / kGroups * kGroups);
     const int active = (len + per_split - 1) / per_split;
     if (split >= active) return;
     const int begin = split * per_split, end = min(len, begin + per_split);
-    const int32_t* table = m.block_tables + int64_t(m.token_chunk[t]) * m.max_blocks;
+    const int32_t* table = m.block_tables + int64_t(chunk) * m.max_blocks;
+    auto address = [&](int j) { return ((int64_t(table[j / kv.block_size]) * kv.kv_heads + kh) * kv.block_size + j % kv.block_size) * D + g * 8; };
+    uint4 kvec[kKeys], vvec[kKeys];
+    // Loads this group's keys [from, to) of the round at base.
+    auto loadRound = [&](int base, int from, int to) {
+#pragma unroll
+        for (int u = 0; u < kKeys; ++u) {
+            const int j = base + u * kGroups + group;
+            if (j >= from && j < to) kvec[u] = *reinterpret_cast<const uint4*>(kv.k + address(j)), vvec[u] = *reinterpret_cast<const uint4*>(kv.v + address(j));
+        }
+    };
+    for (int u = 0; u < kKeys; ++u) kvec[u] = vvec[u] = make_uint4(0, 0, 0, 0);
+    loadRound(begin, begin, min(end, fresh));
+    waitForPredecessor();
+    loadRound(begin, max(begin, fresh), end);
     float qf[8], acc[8] = {};
     const uint4 qv = *reinterpret_cast<const uint4*>(q + (int64_t(t) * heads + h) * D + g * 8);
     const __half2* qh = reinterpret_cast<const __half2*>(&qv);
     for (int i = 0; i < 4; ++i) qf[2 * i] = __low2float(qh[i]) * scale, qf[2 * i + 1] = __high2float(qh[i]) * scale;
-    auto address = [&](int j) { return ((int64_t(table[j / kv.block_size]) * kv.kv_heads + kh) * kv.block_size + j % kv.block_size) * D + g * 8; };
     float run_max = -INFINITY, run_sum = 0.f;
     // Uniform trip counts across the block: the shuffles need whole groups (a group sits in one warp).
     for (int base = begin; base < end; base += kGroups * kKeys) {
-        uint4 kvec[kKeys], vvec[kKeys];
-#pragma unroll
-        for (int u = 0; u < kKeys; ++u) {
-            const int j = base + u * kGroups + group;
-            kvec[u] = vvec[u] = make_uint4(0, 0, 0, 0);
-            if (j < end) kvec[u] = *reinterpret_cast<const uint4*>(kv.k + address(j)), vvec[u] = *reinterpret_cast<const uint4*>(kv.v + address(j));
+        if (base != begin) {  // the first round is loaded above
+            for (int u = 0; u < kKeys; ++u) kvec[u] = vvec[u] = make_uint4(0, 0, 0, 0);
+            loadRound(base, base, end);
         }
         // The round's scores first, then one rescale for all of them: the keys' softmax
         // steps do not wait on each other.
