@@ -122,6 +122,16 @@ public:
         KILN_CUDA_CHECK(cudaMemset(attention_counters_.ptr, 0, attention_counters_.bytes));
         attention_scratch_.partials = attention_partials_.as<float>();
         attention_scratch_.counters = attention_counters_.as<int>();
+        // Attention fused with the output projection in decode steps (KILN_LLM_FUSE_O=0: two kernels).
+        const char* fuse_o = std::getenv("KILN_LLM_FUSE_O");
+        fuse_o_ = small_gemm_ && !(fuse_o && std::string(fuse_o) == "0");
+        if (fuse_o_) {
+            const int64_t rows = cuda::kSmallGemmMaxRows;
+            attention_out_partials_ = DeviceBuffer(size_t(rows * c.heads * c.hidden) * 4);
+            attention_out_counters_ = DeviceBuffer(size_t(rows * cuda::attentionOutRowBlocks(int(c.hidden), int(c.head_dim))) * 4);
+            KILN_CUDA_CHECK(cudaMemset(attention_out_counters_.ptr, 0, attention_out_counters_.bytes));
+            attention_out_scratch_ = {attention_out_partials_.as<float>(), attention_out_counters_.as<int>()};
+        }
     }
     ~CudaDecoderModel() override {
         for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
@@ -334,11 +344,19 @@ private:
             qkv.qkv = {m, {base, base + layer_elems, static_cast<int>(c.kv_heads), static_cast<int>(D), static_cast<int>(bs)}, static_cast<int>(c.heads),
                        llama, c.rope_theta, L.qkv_b.as<__half>(), act_.q.as<__half>()};
             linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, "qkv+rope+cache");
-            profiler_.stage(stream_, "attention");
-            if (!skipped("attention"))
-                cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, 1.f / std::sqrt(static_cast<float>(D)),
-                                           attention_scratch_, act_.att.as<__half>(), stream_);
-            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o");
+            const float scale = 1.f / std::sqrt(static_cast<float>(D));
+            if (small && fuse_o_) {
+                profiler_.stage(stream_, "attention+o");
+                if (!skipped("attention"))
+                    cuda::launchPagedAttentionOut(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, scale, static_cast<int>(H),
+                                                  L.o.as<__half>(), L.o_b.as<__half>(), attention_out_scratch_, x, stream_);
+            } else {
+                profiler_.stage(stream_, "attention");
+                if (!skipped("attention"))
+                    cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, scale, attention_scratch_,
+                                               act_.att.as<__half>(), stream_);
+                linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o");
+            }
             linear(small, T, llama ? 2 * I : I, H, L.up, {In::Norm, x, L.norm2_w.as<float>(), L.norm2_b.as<float>()},
                    outputTo(llama ? Out::SwiGlu : Out::GeluBias, act_.mlp_act.ptr, L.up_b.as<__half>()), "up+activation");
             linear(small, T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), "down");
@@ -466,6 +484,9 @@ private:
     int sms_ = 0;
     DeviceBuffer attention_partials_, attention_counters_;
     cuda::AttentionScratch attention_scratch_;
+    bool fuse_o_ = false;
+    DeviceBuffer attention_out_partials_, attention_out_counters_;
+    cuda::AttentionOutScratch attention_out_scratch_;
 };
 
 }  // namespace

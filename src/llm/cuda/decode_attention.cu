@@ -21,29 +21,34 @@ constexpr int kAttentionThreads = 256;
 // memory): one CTA's 32 groups take 256 keys (D = 64) in one round of loads.
 // (KILN_LLM_ATTENTION_MIN_SPLIT changes it for A/B runs.)
 constexpr int kMinKeysPerSplit = 256;
+// Output-projection rows per lane group in the fused attention + projection kernel.
+constexpr int kOutRowsPerGroup = 8;
 
-// kKeys: keys per group in one round of loads, all issued together.
-template <int D, int kKeys>
-__global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale,
-                                                                          AttentionScratch scratch, int min_split, __half* out) {
+// Keys of token t from here on are written by this step (from its chunk's first position).
+__device__ __forceinline__ int freshFrom(const StepMeta& m, int t) {
+    const int chunk = m.token_chunk[t];
+    return m.positions[chunk == 0 ? 0 : m.last_token[chunk - 1] + 1];
+}
+
+// What one CTA's attention over a key range leaves to thread d < D: the range's max score,
+// its sum of exponentials and the unnormalized output of dimension d.
+struct RangeResult {
+    float top, total, merged;
+};
+
+// Softmax(q k^T) v of query head h, token t, over keys [begin, end) by one CTA (kKeys keys
+// per group in one round of loads, all issued together). Keys before `fresh` were cached by
+// earlier steps: the first round's load before beforeWait() and the wait for the kernel that
+// writes q and this step's keys; the rest after it.
+template <int D, int kKeys, typename BeforeWait>
+__device__ RangeResult attendRange(int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, int h, int t, int begin, int end,
+                                   int fresh, BeforeWait beforeWait) {
     constexpr int kLanesPerKey = D / 8, kGroups = kAttentionThreads / kLanesPerKey, kWarps = kAttentionThreads / 32;
     __shared__ float warp_out[kWarps][D];
     __shared__ float warp_max[kWarps], warp_sum[kWarps];
-    __shared__ bool last;
-    const int h = blockIdx.x, t = blockIdx.y, split = blockIdx.z, splits = gridDim.z;  // splits: for the longest context
     const int g = threadIdx.x % kLanesPerKey, group = threadIdx.x / kLanesPerKey, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kh = h / (heads / kv.kv_heads);
-    // The step's metadata and the keys cached by earlier steps do not depend on the previous
-    // kernel (which writes q and this step's keys): they are read before waiting for it.
-    const int len = m.positions[t] + 1, chunk = m.token_chunk[t];
-    const int fresh = m.positions[chunk == 0 ? 0 : m.last_token[chunk - 1] + 1];  // keys from here on are this step's
-    // This split's keys, in whole rounds of kGroups keys and at least min_split: a short
-    // context stays in one CTA (no combine), splits past the context's end leave.
-    const int per_split = max(min_split, ((len + splits - 1) / splits + kGroups - 1) / kGroups * kGroups);
-    const int active = (len + per_split - 1) / per_split;
-    if (split >= active) return;
-    const int begin = split * per_split, end = min(len, begin + per_split);
-    const int32_t* table = m.block_tables + int64_t(chunk) * m.max_blocks;
+    const int32_t* table = m.block_tables + int64_t(m.token_chunk[t]) * m.max_blocks;
     auto address = [&](int j) { return ((int64_t(table[j / kv.block_size]) * kv.kv_heads + kh) * kv.block_size + j % kv.block_size) * D + g * 8; };
     uint4 kvec[kKeys], vvec[kKeys];
     // Loads this group's keys [from, to) of the round at base.
@@ -56,6 +61,7 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
     };
     for (int u = 0; u < kKeys; ++u) kvec[u] = vvec[u] = make_uint4(0, 0, 0, 0);
     loadRound(begin, begin, min(end, fresh));
+    beforeWait();
     waitForPredecessor();
     loadRound(begin, max(begin, fresh), end);
     float qf[8], acc[8] = {};
@@ -117,6 +123,28 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
         total += warp_sum[w] * c;
         if (d < D) merged += warp_out[w][d] * c;
     }
+    return {top, total, merged};
+}
+
+template <int D, int kKeys>
+__global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale,
+                                                                          AttentionScratch scratch, int min_split, __half* out) {
+    constexpr int kGroups = kAttentionThreads / (D / 8);
+    __shared__ bool last;
+    const int h = blockIdx.x, t = blockIdx.y, split = blockIdx.z, splits = gridDim.z;  // splits: for the longest context
+    // The step's metadata and the keys cached by earlier steps do not depend on the previous
+    // kernel (which writes q and this step's keys): they are read before waiting for it.
+    const int len = m.positions[t] + 1;
+    // This split's keys, in whole rounds of kGroups keys and at least min_split: a short
+    // context stays in one CTA (no combine), splits past the context's end leave.
+    const int per_split = max(min_split, ((len + splits - 1) / splits + kGroups - 1) / kGroups * kGroups);
+    const int active = (len + per_split - 1) / per_split;
+    if (split >= active) return;
+    const int begin = split * per_split, end = min(len, begin + per_split);
+    const RangeResult range = attendRange<D, kKeys>(heads, q, m, kv, scale, h, t, begin, end, freshFrom(m, t), [] {});
+    float top = range.top, total = range.total;
+    const float merged = range.merged;
+    const int d = threadIdx.x;
     __half* dst = out + (int64_t(t) * heads + h) * D;
     if (active == 1) {
         if (d < D) dst[d] = __float2half(merged / total);
@@ -152,6 +180,62 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
     if (threadIdx.x == 0) scratch.counters[pair] = 0;  // ready for the next launch
 }
 
+
+// Attention fused with the output projection (decode steps of the small-GEMM path): CTA
+// (h, t, r) attends over all of token t's keys (each of a head's gridDim.z CTAs does, from
+// L2), then multiplies the head's output by W_o's columns of head h for row block r, whose
+// weights it loaded before waiting, and writes those partial sums. The last head to finish a
+// row block adds the heads' partials in head order (deterministic) and the bias into the
+// residual stream. One kernel and one grid-wide wait fewer per layer than attention + GEMV.
+template <int D, int kKeys>
+__global__ void __launch_bounds__(kAttentionThreads) pagedAttentionOutKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale, int H,
+                                                                             const __half* W, const __half* bias, AttentionOutScratch scratch,
+                                                                             bool evict_first, float* x) {
+    constexpr int kLanesPerKey = D / 8, kGroups = kAttentionThreads / kLanesPerKey, kBlockRows = kGroups * kOutRowsPerGroup;
+    __shared__ float head_out[D];
+    __shared__ bool last;
+    const int h = blockIdx.x, t = blockIdx.y, r = blockIdx.z, g = threadIdx.x % kLanesPerKey, group = threadIdx.x / kLanesPerKey;
+    const int Q = heads * D, row0 = r * kBlockRows;
+    uint64_t policy = 0;
+    if (evict_first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    uint4 w[kOutRowsPerGroup];
+    auto loadW = [&] {
+#pragma unroll
+        for (int i = 0; i < kOutRowsPerGroup; ++i) {
+            const int row = row0 + i * kGroups + group;
+            w[i] = row < H ? loadWeights(reinterpret_cast<const uint4*>(W + int64_t(row) * Q + h * D + g * 8), evict_first, policy) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    const RangeResult range = attendRange<D, kKeys>(heads, q, m, kv, scale, h, t, 0, m.positions[t] + 1, freshFrom(m, t), loadW);
+    if (threadIdx.x < D) head_out[threadIdx.x] = range.merged / range.total;
+    __syncthreads();
+    float o[8];
+    for (int e = 0; e < 8; ++e) o[e] = head_out[g * 8 + e];
+    float* mine = scratch.partials + (int64_t(t) * heads + h) * H;
+#pragma unroll
+    for (int i = 0; i < kOutRowsPerGroup; ++i) {
+        const __half2* w2 = reinterpret_cast<const __half2*>(&w[i]);
+        float dot = 0.f;
+        for (int e = 0; e < 4; ++e) dot += __low2float(w2[e]) * o[2 * e] + __high2float(w2[e]) * o[2 * e + 1];
+        for (int k = kLanesPerKey / 2; k > 0; k >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, k);
+        const int row = row0 + i * kGroups + group;
+        if (g == 0 && row < H) mine[row] = dot;
+    }
+    __threadfence();
+    __syncthreads();
+    int* counter = scratch.counters + t * gridDim.z + r;
+    if (threadIdx.x == 0) last = atomicAdd(counter, 1) == heads - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int row = row0 + threadIdx.x; row < min(H, row0 + kBlockRows); row += blockDim.x) {
+        float sum = 0.f;
+        for (int k = 0; k < heads; ++k) sum += __ldcg(scratch.partials + (int64_t(t) * heads + k) * H + row);
+        x[int64_t(t) * H + row] += sum + (bias ? __half2float(bias[row]) : 0.f);
+    }
+    if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
+}
+
 }  // namespace
 
 void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, const AttentionScratch& scratch,
@@ -173,6 +257,18 @@ void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, 
     auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, min_split, out); };
     if (kv.head_dim == 64) eight ? run(pagedAttentionKernel<64, 8>) : run(pagedAttentionKernel<64, 4>);
     else eight ? run(pagedAttentionKernel<128, 8>) : run(pagedAttentionKernel<128, 4>);
+}
+
+int attentionOutRowBlocks(int H, int head_dim) { return (H + kAttentionThreads / (head_dim / 8) * kOutRowsPerGroup - 1) / (kAttentionThreads / (head_dim / 8) * kOutRowsPerGroup); }
+
+void launchPagedAttentionOut(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, int H, const __half* W,
+                             const __half* bias, const AttentionOutScratch& scratch, float* x, cudaStream_t s) {
+    static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 1) != 0;
+    const dim3 grid(heads, T, attentionOutRowBlocks(H, kv.head_dim));
+    const bool eight = T * heads <= 16;
+    auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, H, W, bias, scratch, evict_first, x); };
+    if (kv.head_dim == 64) eight ? run(pagedAttentionOutKernel<64, 8>) : run(pagedAttentionOutKernel<64, 4>);
+    else eight ? run(pagedAttentionOutKernel<128, 8>) : run(pagedAttentionOutKernel<128, 4>);
 }
 
 }  // namespace kiln::llm::cuda
