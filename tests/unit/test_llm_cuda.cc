@@ -105,8 +105,10 @@ TEST_P(LlmCuda, GreedyGenerationThroughTheSchedulerMatchesTheCpu) {
     EXPECT_GE(same, total * 9 / 10) << same << " of " << total << " tokens agree";
 }
 
-// A prompt longer than the attention kernel's key tile (256), then batch-1 decode steps
-// (the fused small-GEMM path) next to the same steps through cuBLAS, against the CPU.
+// Prompts longer than the attention kernel's key tile (256), then batch-1 decode steps
+// (the fused small-GEMM path) next to the same steps through cuBLAS, against the CPU. 300
+// keys run attention fused with the output projection over several rounds of keys; 530
+// split the keys over CTAs.
 TEST_P(LlmCuda, LongContextDecodeMatchesTheCpuOnBothGemmPaths) {
     if (!gpuPresent()) GTEST_SKIP() << "no CUDA GPU here: the GPU decoder test is skipped";
     DecoderConfig c = gpuConfig(GetParam());
@@ -117,20 +119,22 @@ TEST_P(LlmCuda, LongContextDecodeMatchesTheCpuOnBothGemmPaths) {
     CudaDecoderOptions cublas_only;
     cublas_only.small_gemm = false;
     const auto fused = makeCudaDecoderModel(c, w), plain = makeCudaDecoderModel(c, w, cublas_only);
-    PagedKvCache cpu_cache = cpu.makeCache(16, 48), fused_cache = fused->makeCache(16, 48), plain_cache = plain->makeCache(16, 48);
-    const int64_t a = cpu_cache.addSequence(), b = fused_cache.addSequence(), d = plain_cache.addSequence();
-    std::vector<int64_t> run = tokens(530, 7, c.vocab);
-    for (int step = 0; step < 8; ++step) {
-        const int64_t n = static_cast<int64_t>(run.size());
-        ASSERT_TRUE(cpu_cache.reserve(a, n) && fused_cache.reserve(b, n) && plain_cache.reserve(d, n));
-        const auto want = cpu.forwardBatch(cpu_cache, std::vector<SequenceChunk>{{a, run}});
-        const auto got = fused->forwardBatch(fused_cache, std::vector<SequenceChunk>{{b, run}});
-        const auto also = plain->forwardBatch(plain_cache, std::vector<SequenceChunk>{{d, run}});
-        EXPECT_LT(relativeL2(got, want), 2e-2) << "fused path, step " << step;
-        EXPECT_LT(relativeL2(also, want), 2e-2) << "cuBLAS path, step " << step;
-        run = {(step * 17 + 5) % c.vocab};
+    for (const int64_t prompt : {300, 530}) {
+        PagedKvCache cpu_cache = cpu.makeCache(16, 48), fused_cache = fused->makeCache(16, 48), plain_cache = plain->makeCache(16, 48);
+        const int64_t a = cpu_cache.addSequence(), b = fused_cache.addSequence(), d = plain_cache.addSequence();
+        std::vector<int64_t> run = tokens(prompt, 7, c.vocab);
+        for (int step = 0; step < 8; ++step) {
+            const int64_t n = static_cast<int64_t>(run.size());
+            ASSERT_TRUE(cpu_cache.reserve(a, n) && fused_cache.reserve(b, n) && plain_cache.reserve(d, n));
+            const auto want = cpu.forwardBatch(cpu_cache, std::vector<SequenceChunk>{{a, run}});
+            const auto got = fused->forwardBatch(fused_cache, std::vector<SequenceChunk>{{b, run}});
+            const auto also = plain->forwardBatch(plain_cache, std::vector<SequenceChunk>{{d, run}});
+            EXPECT_LT(relativeL2(got, want), 2e-2) << "fused path, prompt " << prompt << ", step " << step;
+            EXPECT_LT(relativeL2(also, want), 2e-2) << "cuBLAS path, prompt " << prompt << ", step " << step;
+            run = {(step * 17 + 5) % c.vocab};
+        }
+        EXPECT_EQ(fused_cache.length(b), prompt + 7);
     }
-    EXPECT_EQ(fused_cache.length(b), 530 + 7);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, LlmCuda, ::testing::Values(Family::Gpt2, Family::Llama),

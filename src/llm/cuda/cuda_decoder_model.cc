@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "backends/cuda/cuda_check.h"
@@ -180,7 +181,7 @@ private:
         // Metadata, one int32 upload: tokens, positions, slots, token_chunk [T], last [S], tables [S][max_blocks].
         int32_t* tok = pinned_meta_.as<int32_t>();
         int32_t *pos = tok + T, *slot = pos + T, *chunk_of = slot + T, *last = chunk_of + T, *tables = last + S;
-        int64_t row = 0;
+        int64_t row = 0, longest = 0;
         for (int64_t s = 0; s < S; ++s) {
             const auto& c = chunks[s];
             const int64_t start = cache.length(c.seq);
@@ -195,6 +196,7 @@ private:
                 chunk_of[row] = static_cast<int32_t>(s);
             }
             last[s] = static_cast<int32_t>(row - 1);
+            longest = std::max(longest, start + static_cast<int64_t>(c.tokens.size()));
             std::memset(tables + s * max_blocks, 0, sizeof(int32_t) * max_blocks);
             std::memcpy(tables + s * max_blocks, table.data(), sizeof(int32_t) * table.size());
         }
@@ -205,7 +207,10 @@ private:
         void* pool = cache.device_storage.get();
         // A batch size's first decode step runs eagerly (kernels and cuBLAS load lazily, which a
         // capture must not see); the second is captured, later ones replay.
-        const std::pair<int64_t, bool> shape{S, argmax};  // graphs and first runs per (batch size, argmax)
+        // The fused attention + projection gives each head's keys to one CTA per row block: for
+        // short contexts only, where splitting the keys over CTAs gains nothing.
+        const bool fuse_o = fuse_o_ && longest <= kFusedAttentionMaxKeys;
+        const StepShape shape{S, argmax, fuse_o};  // graphs and first runs per (batch size, argmax, fused)
         const bool replay = decode_only && options_.cuda_graphs && profiler_.mode() != cuda::StepProfiler::Mode::Stages && !eager_sizes_.insert(shape).second;
         if (replay) {
             auto it = graphs_.find(shape);
@@ -214,7 +219,7 @@ private:
                 cudaGraph_t graph;
                 KILN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
                 try {
-                    compute(T, S, max_blocks, bs, pool, cache.numBlocks(), argmax);
+                    compute(T, S, max_blocks, bs, pool, cache.numBlocks(), argmax, fuse_o);
                 } catch (...) {
                     cudaStreamEndCapture(stream_, &graph);
                     throw;
@@ -227,7 +232,7 @@ private:
             }
             KILN_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
         } else {
-            compute(T, S, max_blocks, bs, pool, cache.numBlocks(), argmax);
+            compute(T, S, max_blocks, bs, pool, cache.numBlocks(), argmax, fuse_o);
         }
         const size_t V = static_cast<size_t>(config_.vocab);
         profiler_.stage(stream_, "logits copy");
@@ -322,7 +327,7 @@ private:
     }
 
     // The whole step on stream_, reading metadata from act_.meta (capturable).
-    void compute(int64_t T, int64_t S, int max_blocks, int64_t bs, void* pool, int64_t num_blocks, bool argmax) const {
+    void compute(int64_t T, int64_t S, int max_blocks, int64_t bs, void* pool, int64_t num_blocks, bool argmax, bool fuse_o) const {
         using In = cuda::SmallGemmInput;
         using Out = cuda::SmallGemmOutput;
         const DecoderConfig& c = config_;
@@ -345,7 +350,7 @@ private:
                        llama, c.rope_theta, L.qkv_b.as<__half>(), act_.q.as<__half>()};
             linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, "qkv+rope+cache");
             const float scale = 1.f / std::sqrt(static_cast<float>(D));
-            if (small && fuse_o_) {
+            if (small && fuse_o) {
                 profiler_.stage(stream_, "attention+o");
                 if (!skipped("attention"))
                     cuda::launchPagedAttentionOut(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, scale, static_cast<int>(H),
@@ -471,8 +476,10 @@ private:
     mutable Activations act_;
     mutable int max_blocks_ = 0;
     mutable PinnedBuffer pinned_meta_, pinned_logits_;
-    mutable std::map<std::pair<int64_t, bool>, Captured> graphs_;  // by (batch size, argmax)
-    mutable std::set<std::pair<int64_t, bool>> eager_sizes_;      // decode shapes that ran once without a graph
+    using StepShape = std::tuple<int64_t, bool, bool>;  // batch size, argmax, attention fused with the projection
+    static constexpr int64_t kFusedAttentionMaxKeys = 512;
+    mutable std::map<StepShape, Captured> graphs_;
+    mutable std::set<StepShape> eager_sizes_;  // decode shapes that ran once without a graph
     mutable cuda::StepProfiler profiler_;
     // The cuBLAS path's residual add not yet done: the next norm adds it.
     struct PendingAdd {
