@@ -105,10 +105,9 @@ TEST_P(LlmCuda, GreedyGenerationThroughTheSchedulerMatchesTheCpu) {
     EXPECT_GE(same, total * 9 / 10) << same << " of " << total << " tokens agree";
 }
 
-// Prompts longer than the attention kernel's key tile (256), then batch-1 decode steps
-// (the fused small-GEMM path) next to the same steps through cuBLAS, against the CPU. 300
-// keys run attention fused with the output projection over several rounds of keys; 530
-// split the keys over CTAs.
+// Prompts longer than the attention kernel's key tile (256: the keys split over CTAs, two
+// and three of them here), then batch-1 decode steps (the fused small-GEMM path) next to the
+// same steps through cuBLAS, against the CPU.
 TEST_P(LlmCuda, LongContextDecodeMatchesTheCpuOnBothGemmPaths) {
     if (!gpuPresent()) GTEST_SKIP() << "no CUDA GPU here: the GPU decoder test is skipped";
     DecoderConfig c = gpuConfig(GetParam());

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <map>
 #include <set>
-#include <tuple>
 #include <utility>
 
 #include "backends/cuda/cuda_check.h"
@@ -123,16 +122,6 @@ public:
         KILN_CUDA_CHECK(cudaMemset(attention_counters_.ptr, 0, attention_counters_.bytes));
         attention_scratch_.partials = attention_partials_.as<float>();
         attention_scratch_.counters = attention_counters_.as<int>();
-        // Attention fused with the output projection in decode steps (KILN_LLM_FUSE_O=0: two kernels).
-        const char* fuse_o = std::getenv("KILN_LLM_FUSE_O");
-        fuse_o_ = small_gemm_ && !(fuse_o && std::string(fuse_o) == "0");
-        if (fuse_o_) {
-            const int64_t rows = cuda::kSmallGemmMaxRows;
-            attention_out_partials_ = DeviceBuffer(size_t(rows * c.heads * c.hidden) * 4);
-            attention_out_counters_ = DeviceBuffer(size_t(rows * cuda::attentionOutRowBlocks(int(c.hidden), int(c.head_dim))) * 4);
-            KILN_CUDA_CHECK(cudaMemset(attention_out_counters_.ptr, 0, attention_out_counters_.bytes));
-            attention_out_scratch_ = {attention_out_partials_.as<float>(), attention_out_counters_.as<int>()};
-        }
     }
     ~CudaDecoderModel() override {
         for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g.exec);
@@ -181,7 +170,7 @@ private:
         // Metadata, one int32 upload: tokens, positions, slots, token_chunk [T], last [S], tables [S][max_blocks].
         int32_t* tok = pinned_meta_.as<int32_t>();
         int32_t *pos = tok + T, *slot = pos + T, *chunk_of = slot + T, *last = chunk_of + T, *tables = last + S;
-        int64_t row = 0, longest = 0;
+        int64_t row = 0;
         for (int64_t s = 0; s < S; ++s) {
             const auto& c = chunks[s];
             const int64_t start = cache.length(c.seq);
@@ -196,7 +185,6 @@ private:
                 chunk_of[row] = static_cast<int32_t>(s);
             }
             last[s] = static_cast<int32_t>(row - 1);
-            longest = std::max(longest, start + static_cast<int64_t>(c.tokens.size()));
             std::memset(tables + s * max_blocks, 0, sizeof(int32_t) * max_blocks);
             std::memcpy(tables + s * max_blocks, table.data(), sizeof(int32_t) * table.size());
         }
@@ -207,10 +195,7 @@ private:
         void* pool = cache.device_storage.get();
         // A batch size's first decode step runs eagerly (kernels and cuBLAS load lazily, which a
         // capture must not see); the second is captured, later ones replay.
-        // The fused attention + projection gives each head's keys to one CTA per row block: for
-        // short contexts only, where splitting the keys over CTAs gains nothing.
-        const bool fuse_o = fuse_o_ && longest <= kFusedAttentionMaxKeys;
-        const StepShape shape{S, argmax, fuse_o};  // graphs and first runs per (batch size, argmax, fused)
+        const std::pair<int64_t, bool> shape{S, argmax};  // graphs and first runs per (batch size, argmax)
         const bool replay = decode_only && options_.cuda_graphs && profiler_.mode() != cuda::StepProfiler::Mode::Stages && !eager_sizes_.insert(shape).second;
         if (replay) {
             auto it = graphs_.find(shape);
@@ -219,7 +204,7 @@ private:
                 cudaGraph_t graph;
                 KILN_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
                 try {
-                    compute(T, S, max_blocks, bs, pool, cache.numBlocks(), argmax, fuse_o);
+                    compute(T, S, max_blocks, bs, pool, cache.numBlocks(), argmax);
                 } catch (...) {
                     cudaStreamEndCapture(stream_, &graph);
                     throw;
@@ -232,7 +217,7 @@ private:
             }
             KILN_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
         } else {
-            compute(T, S, max_blocks, bs, pool, cache.numBlocks(), argmax, fuse_o);
+            compute(T, S, max_blocks, bs, pool, cache.numBlocks(), argmax);
         }
         const size_t V = static_cast<size_t>(config_.vocab);
         profiler_.stage(stream_, "logits copy");
@@ -327,7 +312,7 @@ private:
     }
 
     // The whole step on stream_, reading metadata from act_.meta (capturable).
-    void compute(int64_t T, int64_t S, int max_blocks, int64_t bs, void* pool, int64_t num_blocks, bool argmax, bool fuse_o) const {
+    void compute(int64_t T, int64_t S, int max_blocks, int64_t bs, void* pool, int64_t num_blocks, bool argmax) const {
         using In = cuda::SmallGemmInput;
         using Out = cuda::SmallGemmOutput;
         const DecoderConfig& c = config_;
@@ -349,19 +334,11 @@ private:
             qkv.qkv = {m, {base, base + layer_elems, static_cast<int>(c.kv_heads), static_cast<int>(D), static_cast<int>(bs)}, static_cast<int>(c.heads),
                        llama, c.rope_theta, L.qkv_b.as<__half>(), act_.q.as<__half>()};
             linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, "qkv+rope+cache");
-            const float scale = 1.f / std::sqrt(static_cast<float>(D));
-            if (small && fuse_o) {
-                profiler_.stage(stream_, "attention+o");
-                if (!skipped("attention"))
-                    cuda::launchPagedAttentionOut(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, scale, static_cast<int>(H),
-                                                  L.o.as<__half>(), L.o_b.as<__half>(), attention_out_scratch_, x, stream_);
-            } else {
-                profiler_.stage(stream_, "attention");
-                if (!skipped("attention"))
-                    cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, scale, attention_scratch_,
-                                               act_.att.as<__half>(), stream_);
-                linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o");
-            }
+            profiler_.stage(stream_, "attention");
+            if (!skipped("attention"))
+                cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, 1.f / std::sqrt(static_cast<float>(D)),
+                                           attention_scratch_, act_.att.as<__half>(), stream_);
+            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o");
             linear(small, T, llama ? 2 * I : I, H, L.up, {In::Norm, x, L.norm2_w.as<float>(), L.norm2_b.as<float>()},
                    outputTo(llama ? Out::SwiGlu : Out::GeluBias, act_.mlp_act.ptr, L.up_b.as<__half>()), "up+activation");
             linear(small, T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), "down");
@@ -476,10 +453,8 @@ private:
     mutable Activations act_;
     mutable int max_blocks_ = 0;
     mutable PinnedBuffer pinned_meta_, pinned_logits_;
-    using StepShape = std::tuple<int64_t, bool, bool>;  // batch size, argmax, attention fused with the projection
-    static constexpr int64_t kFusedAttentionMaxKeys = 512;
-    mutable std::map<StepShape, Captured> graphs_;
-    mutable std::set<StepShape> eager_sizes_;  // decode shapes that ran once without a graph
+    mutable std::map<std::pair<int64_t, bool>, Captured> graphs_;  // by (batch size, argmax)
+    mutable std::set<std::pair<int64_t, bool>> eager_sizes_;      // decode shapes that ran once without a graph
     mutable cuda::StepProfiler profiler_;
     // The cuBLAS path's residual add not yet done: the next norm adds it.
     struct PendingAdd {
@@ -491,9 +466,6 @@ private:
     int sms_ = 0;
     DeviceBuffer attention_partials_, attention_counters_;
     cuda::AttentionScratch attention_scratch_;
-    bool fuse_o_ = false;
-    DeviceBuffer attention_out_partials_, attention_out_counters_;
-    cuda::AttentionOutScratch attention_out_scratch_;
 };
 
 }  // namespace

@@ -21,8 +21,6 @@ constexpr int kAttentionThreads = 256;
 // memory): one CTA's 32 groups take 256 keys (D = 64) in one round of loads.
 // (KILN_LLM_ATTENTION_MIN_SPLIT changes it for A/B runs.)
 constexpr int kMinKeysPerSplit = 256;
-// Output-projection rows per lane group in the fused attention + projection kernel.
-constexpr int kOutRowsPerGroup = 8;
 
 // Keys of token t from here on are written by this step (from its chunk's first position).
 __device__ __forceinline__ int freshFrom(const StepMeta& m, int t) {
@@ -38,11 +36,11 @@ struct RangeResult {
 
 // Softmax(q k^T) v of query head h, token t, over keys [begin, end) by one CTA (kKeys keys
 // per group in one round of loads, all issued together). Keys before `fresh` were cached by
-// earlier steps: the first round's load before beforeWait() and the wait for the kernel that
-// writes q and this step's keys; the rest after it.
-template <int D, int kKeys, typename BeforeWait>
+// earlier steps: the first round's load before the wait for the kernel that writes q and this
+// step's keys; the rest after it.
+template <int D, int kKeys>
 __device__ RangeResult attendRange(int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, int h, int t, int begin, int end,
-                                   int fresh, BeforeWait beforeWait) {
+                                   int fresh) {
     constexpr int kLanesPerKey = D / 8, kGroups = kAttentionThreads / kLanesPerKey, kWarps = kAttentionThreads / 32;
     __shared__ float warp_out[kWarps][D];
     __shared__ float warp_max[kWarps], warp_sum[kWarps];
@@ -61,7 +59,6 @@ __device__ RangeResult attendRange(int heads, const __half* q, const StepMeta& m
     };
     for (int u = 0; u < kKeys; ++u) kvec[u] = vvec[u] = make_uint4(0, 0, 0, 0);
     loadRound(begin, begin, min(end, fresh));
-    beforeWait();
     waitForPredecessor();
     loadRound(begin, max(begin, fresh), end);
     float qf[8], acc[8] = {};
@@ -141,7 +138,7 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
     const int active = (len + per_split - 1) / per_split;
     if (split >= active) return;
     const int begin = split * per_split, end = min(len, begin + per_split);
-    const RangeResult range = attendRange<D, kKeys>(heads, q, m, kv, scale, h, t, begin, end, freshFrom(m, t), [] {});
+    const RangeResult range = attendRange<D, kKeys>(heads, q, m, kv, scale, h, t, begin, end, freshFrom(m, t));
     float top = range.top, total = range.total;
     const float merged = range.merged;
     const int d = threadIdx.x;
@@ -181,61 +178,6 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
 }
 
 
-// Attention fused with the output projection (decode steps of the small-GEMM path): CTA
-// (h, t, r) attends over all of token t's keys (each of a head's gridDim.z CTAs does, from
-// L2), then multiplies the head's output by W_o's columns of head h for row block r, whose
-// weights it loaded before waiting, and writes those partial sums. The last head to finish a
-// row block adds the heads' partials in head order (deterministic) and the bias into the
-// residual stream. One kernel and one grid-wide wait fewer per layer than attention + GEMV.
-template <int D, int kKeys>
-__global__ void __launch_bounds__(kAttentionThreads) pagedAttentionOutKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale, int H,
-                                                                             const __half* W, const __half* bias, AttentionOutScratch scratch,
-                                                                             bool evict_first, float* x) {
-    constexpr int kLanesPerKey = D / 8, kGroups = kAttentionThreads / kLanesPerKey, kBlockRows = kGroups * kOutRowsPerGroup;
-    __shared__ float head_out[D];
-    __shared__ bool last;
-    const int h = blockIdx.x, t = blockIdx.y, r = blockIdx.z, g = threadIdx.x % kLanesPerKey, group = threadIdx.x / kLanesPerKey;
-    const int Q = heads * D, row0 = r * kBlockRows;
-    uint64_t policy = 0;
-    if (evict_first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    uint4 w[kOutRowsPerGroup];
-    auto loadW = [&] {
-#pragma unroll
-        for (int i = 0; i < kOutRowsPerGroup; ++i) {
-            const int row = row0 + i * kGroups + group;
-            w[i] = row < H ? loadWeights(reinterpret_cast<const uint4*>(W + int64_t(row) * Q + h * D + g * 8), evict_first, policy) : make_uint4(0, 0, 0, 0);
-        }
-    };
-    const RangeResult range = attendRange<D, kKeys>(heads, q, m, kv, scale, h, t, 0, m.positions[t] + 1, freshFrom(m, t), loadW);
-    if (threadIdx.x < D) head_out[threadIdx.x] = range.merged / range.total;
-    __syncthreads();
-    float o[8];
-    for (int e = 0; e < 8; ++e) o[e] = head_out[g * 8 + e];
-    float* mine = scratch.partials + (int64_t(t) * heads + h) * H;
-#pragma unroll
-    for (int i = 0; i < kOutRowsPerGroup; ++i) {
-        const __half2* w2 = reinterpret_cast<const __half2*>(&w[i]);
-        float dot = 0.f;
-        for (int e = 0; e < 4; ++e) dot += __low2float(w2[e]) * o[2 * e] + __high2float(w2[e]) * o[2 * e + 1];
-        for (int k = kLanesPerKey / 2; k > 0; k >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, k);
-        const int row = row0 + i * kGroups + group;
-        if (g == 0 && row < H) mine[row] = dot;
-    }
-    __threadfence();
-    __syncthreads();
-    int* counter = scratch.counters + t * gridDim.z + r;
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1) == heads - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int row = row0 + threadIdx.x; row < min(H, row0 + kBlockRows); row += blockDim.x) {
-        float sum = 0.f;
-        for (int k = 0; k < heads; ++k) sum += __ldcg(scratch.partials + (int64_t(t) * heads + k) * H + row);
-        x[int64_t(t) * H + row] += sum + (bias ? __half2float(bias[row]) : 0.f);
-    }
-    if (threadIdx.x == 0) *counter = 0;  // ready for the next launch
-}
-
 }  // namespace
 
 void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, const AttentionScratch& scratch,
@@ -257,18 +199,6 @@ void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, 
     auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, min_split, out); };
     if (kv.head_dim == 64) eight ? run(pagedAttentionKernel<64, 8>) : run(pagedAttentionKernel<64, 4>);
     else eight ? run(pagedAttentionKernel<128, 8>) : run(pagedAttentionKernel<128, 4>);
-}
-
-int attentionOutRowBlocks(int H, int head_dim) { return (H + kAttentionThreads / (head_dim / 8) * kOutRowsPerGroup - 1) / (kAttentionThreads / (head_dim / 8) * kOutRowsPerGroup); }
-
-void launchPagedAttentionOut(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, int H, const __half* W,
-                             const __half* bias, const AttentionOutScratch& scratch, float* x, cudaStream_t s) {
-    static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 1) != 0;
-    const dim3 grid(heads, T, attentionOutRowBlocks(H, kv.head_dim));
-    const bool eight = T * heads <= 16;
-    auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, H, W, bias, scratch, evict_first, x); };
-    if (kv.head_dim == 64) eight ? run(pagedAttentionOutKernel<64, 8>) : run(pagedAttentionOutKernel<64, 4>);
-    else eight ? run(pagedAttentionOutKernel<128, 8>) : run(pagedAttentionOutKernel<128, 4>);
 }
 
 }  // namespace kiln::llm::cuda

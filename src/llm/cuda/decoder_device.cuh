@@ -43,18 +43,6 @@ __device__ float blockReduce(float v, float* shared, bool max) {
     return max ? warpMax(t) : warpSum(t);
 }
 
-// 16 bytes of weights, read once per step: with `evict_first` marked first out of L2 (and
-// kept out of L1), so that streaming the weights does not push out what the step reuses
-// (the KV cache of earlier tokens, activations).
-__device__ __forceinline__ uint4 loadWeights(const uint4* p, bool evict_first, uint64_t policy) {
-    if (!evict_first) return __ldg(p);
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p), "l"(policy));
-    return v;
-}
-
 // Waits until the kernel this one was launched behind has finished and its writes are
 // visible (a no-op when it was launched normally), then lets the next kernel launch.
 __device__ __forceinline__ void waitForPredecessor() {

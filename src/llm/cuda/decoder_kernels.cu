@@ -100,6 +100,18 @@ __global__ void addNormKernel(int H, const int32_t* row_map, float* x, const __h
     normRow(H, xr, w, b, eps, rms, shared, out + int64_t(r) * H);
 }
 
+// 16 bytes of weights, read once per step: with `evict_first` marked first out of L2 (and
+// kept out of L1), so that streaming the weights does not push out what the step reuses
+// (the KV cache of earlier tokens, activations).
+__device__ __forceinline__ uint4 loadWeights(const uint4* p, bool evict_first, uint64_t policy) {
+    if (!evict_first) return __ldg(p);
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p), "l"(policy));
+    return v;
+}
+
 // y[r] = in[r] * W^T for a few rows (R at most): a warp per task of P adjacent output rows
 // (P = 2 for the interleaved pairs) streams those weight rows in chunks of 16-byte loads,
 // two chunks in flight (double-buffered registers; the first two issued before waiting for

@@ -70,17 +70,6 @@ struct AttentionScratch {
 constexpr int kMaxAttentionSplits = 16;
 void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, const AttentionScratch& scratch,
                           __half* out, cudaStream_t s);
-// Paged attention (as above) and the output projection in one kernel, for steps of at most
-// kSmallGemmMaxRows tokens: x[t] += attention(t) * W^T + bias, W f16 [H][heads * head_dim].
-// Per head and row block the partial sums meet in `partials`; the last head to finish a row
-// block adds them in head order, so the result does not depend on timing.
-struct AttentionOutScratch {
-    float* partials = nullptr;  // [kSmallGemmMaxRows][heads][H]
-    int* counters = nullptr;    // [kSmallGemmMaxRows][attentionOutRowBlocks(H, head_dim)], zero between launches
-};
-int attentionOutRowBlocks(int H, int head_dim);
-void launchPagedAttentionOut(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, int H, const __half* W,
-                             const __half* bias, const AttentionOutScratch& scratch, float* x, cudaStream_t s);
 // y = in * W^T (W f16 [N][K]) for rows <= kSmallGemmMaxRows token rows, the decode case,
 // where cuBLAS leaves HBM bandwidth unused; the input comes from a fused prologue and
 // the output goes through a fused epilogue, which saves the norm, activation and
