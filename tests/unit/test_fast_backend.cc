@@ -107,9 +107,24 @@ TEST(FastBackend, ConvTacticsMatchReference) {
             for (const auto& t : fastTactics())
                 if (t.name == "gemm_dnnl") expectTacticMatchesReference(c, t.name);  // built with oneDNN
             expectTacticMatchesReference(c, "direct");  // strided/grouped ones fall back to gemm inside
+            expectTacticMatchesReference(c, "winograd");  // others than 3x3 stride 1 take the reference inside
             if (geo.group == geo.c && geo.m == geo.c) expectTacticMatchesReference(c, "depthwise");
         }
     }
+    // Winograd F(2x2, 3x3): odd and even output sizes (partial edge tiles), asymmetric and no
+    // padding, one output row or column, many channels (the sgemm's depth), each epilogue.
+    for (const char* act : {"none", "Relu", "Clip"})
+        for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{9, 11}, {8, 8}, {3, 17}, {16, 3}, {13, 6}})
+            for (int64_t pad : {0, 1}) {
+                const int64_t C = h == 8 ? 37 : 5, M = 7;
+                Case c{node("FusedConv", "kiln"), {randomTensor({2, C, h, w}, rng), randomTensor({M, C, 3, 3}, rng), randomTensor({M}, rng)}};
+                c.node.attrs.set("pads", std::vector<int64_t>{pad, 0, pad, 1});
+                c.node.attrs.set("activation", std::string(act));
+                c.node.attrs.set("activation_params", std::vector<float>{-0.5f, 0.5f});
+                const int64_t oh = h + 2 * pad - 2, ow = w + 1 - 2;
+                if (std::string(act) == "Clip") c.inputs.push_back(randomTensor({2, M, oh, ow}, rng));  // residual
+                expectTacticMatchesReference(c, "winograd");
+            }
     // 3x3 depthwise at the plane sizes of MobileNets and odd ones: the stride-1 flat-plane
     // stencil (its vector body, its wrapped columns and its top/bottom rows) and the stride-2
     // AVX2 rows (several 8-column steps, then the scalar tail).

@@ -17,6 +17,7 @@ const std::vector<Tactic>& fastTactics() {
         std::vector<Tactic> t;
         addGemmTactics(t);
         addConvTactics(t);
+        addWinogradConvTactics(t);
         addFastOpTactics(t);
         return t;
     }();

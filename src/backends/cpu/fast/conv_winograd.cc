@@ -1,0 +1,139 @@
+// Winograd F(2x2, 3x3) convolutions (3x3, stride 1, no dilation, one group, NCHW f32): each
+// 2x2 output tile comes from a 4x4 input tile, and in the transformed domain the conv is 16
+// independent [M x C] x [C x tiles] products (one sgemm each): 2.25x fewer multiplies than a
+// direct 3x3 conv, paid for with the input and output transforms, so it wins where channels
+// are many and planes large. `auto` times it against the other conv tactics per node.
+#include <vector>
+
+#include "backends/cpu/fast/epilogue.h"
+#include "backends/cpu/fast/sgemm.h"
+#include "backends/cpu/fast/tactics.h"
+#include "backends/cpu/reference/kernel_util.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr int64_t kTile = 16;  // 4x4 transformed values per tile
+
+bool supportsWinograd(const Node& n, const Graph& g) {
+    if ((n.op_type != "Conv" && n.op_type != "FusedConv") || n.attrs.getString("data_layout", "NCHW") != "NCHW") return false;
+    if (n.attrs.getInt("group", 1) != 1 || n.attrs.getInts("strides", {1, 1}) != std::vector<int64_t>{1, 1} ||
+        n.attrs.getInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1})
+        return false;
+    if (auto k = n.attrs.getInts("kernel_shape"); !k.empty()) return k == std::vector<int64_t>{3, 3};
+    auto w = n.inputs.size() > 1 ? g.initializers.find(n.inputs[1]) : g.initializers.end();
+    return w != g.initializers.end() && w->second.rank() == 4 && w->second.dims()[2] == 3 && w->second.dims()[3] == 3;
+}
+
+// u = G g G^T for one 3x3 filter g (G rows: [1 0 0], [1/2 1/2 1/2], [1/2 -1/2 1/2], [0 0 1]).
+void transformFilter(const float* g, float* u, int64_t stride) {
+    float gg[4][3];
+    for (int j = 0; j < 3; ++j) {
+        gg[0][j] = g[j];
+        gg[1][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+        gg[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+        gg[3][j] = g[6 + j];
+    }
+    for (int i = 0; i < 4; ++i) {
+        const float a = gg[i][0], b = gg[i][1], c = gg[i][2];
+        const float row[4] = {a, 0.5f * (a + b + c), 0.5f * (a - b + c), c};
+        for (int j = 0; j < 4; ++j) u[(i * 4 + j) * stride] = row[j];
+    }
+}
+
+// v = B^T d B for one 4x4 input tile d (B^T rows: [1 0 -1 0], [0 1 1 0], [0 -1 1 0], [0 1 0 -1]).
+void transformInput(const float (&d)[4][4], float* v, int64_t stride) {
+    float t[4][4];
+    for (int j = 0; j < 4; ++j) {
+        t[0][j] = d[0][j] - d[2][j];
+        t[1][j] = d[1][j] + d[2][j];
+        t[2][j] = d[2][j] - d[1][j];
+        t[3][j] = d[1][j] - d[3][j];
+    }
+    for (int i = 0; i < 4; ++i) {
+        const float r[4] = {t[i][0] - t[i][2], t[i][1] + t[i][2], t[i][2] - t[i][1], t[i][1] - t[i][3]};
+        for (int j = 0; j < 4; ++j) v[(i * 4 + j) * stride] = r[j];
+    }
+}
+
+std::vector<Tensor> winogradConv(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Tensor& w = ctx.input(1);
+    auto reference = [&] { return referenceKernels().find(ctx.node.op_type)(ctx); };
+    const Attributes& a = ctx.attrs();
+    if (x.dtype() != DType::F32 || w.dtype() != DType::F32 || x.rank() != 4 || w.rank() != 4 || w.dims()[2] != 3 || w.dims()[3] != 3 ||
+        w.dims()[1] != x.dims()[1] || a.getInt("group", 1) != 1 || a.getInts("strides", {1, 1}) != std::vector<int64_t>{1, 1} ||
+        a.getInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1})
+        return reference();
+    const int64_t N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3], M = w.dims()[0];
+    const SpatialPads pads = resolvePads(ctx, {H, W}, {3, 3}, {1, 1}, {1, 1});
+    const int64_t pt = pads.begin[0], pl = pads.begin[1], OH = H + pt + pads.end[0] - 2, OW = W + pl + pads.end[1] - 2;
+    const Tensor* b = ctx.optionalInput(2);
+    const Tensor* z = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;
+    if (OH <= 0 || OW <= 0 || (b && (b->dtype() != DType::F32 || b->numel() != M)) || (z && (z->dtype() != DType::F32 || z->dims() != Dims{N, M, OH, OW})))
+        return reference();
+    const int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, tiles = N * TH * TW;
+    // U[16][M][C], V[16][C][tiles], then the products P[16][M][tiles].
+    std::vector<float> U(static_cast<size_t>(kTile * M * C)), V(static_cast<size_t>(kTile * C * tiles)), P(static_cast<size_t>(kTile * M * tiles));
+    const float* wd = w.data<float>();
+#pragma omp parallel for schedule(static) if (M * C > 256)
+    for (int64_t mc = 0; mc < M * C; ++mc) transformFilter(wd + mc * 9, U.data() + mc, M * C);
+    const float* xd = x.data<float>();
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c) {
+            const float* plane = xd + (n * C + c) * H * W;
+            for (int64_t th = 0; th < TH; ++th)
+                for (int64_t tw = 0; tw < TW; ++tw) {
+                    float d[4][4];
+                    for (int i = 0; i < 4; ++i) {
+                        const int64_t ih = th * 2 - pt + i;
+                        for (int j = 0; j < 4; ++j) {
+                            const int64_t iw = tw * 2 - pl + j;
+                            d[i][j] = ih >= 0 && ih < H && iw >= 0 && iw < W ? plane[ih * W + iw] : 0.0f;
+                        }
+                    }
+                    transformInput(d, V.data() + c * tiles + (n * TH + th) * TW + tw, C * tiles);
+                }
+        }
+#ifdef KILN_WITH_DNNL
+    const SgemmFn sgemm = dnnlSgemm;
+#else
+    const SgemmFn sgemm = blasSgemm;
+#endif
+    for (int64_t k = 0; k < kTile; ++k)
+        sgemm(false, false, M, tiles, C, 1.0f, U.data() + k * M * C, C, V.data() + k * C * tiles, tiles, 0.0f, P.data() + k * M * tiles, tiles);
+    // y = A^T p A for each tile (A^T rows: [1 1 1 0], [0 1 -1 -1]); tiles past the edge keep
+    // only their inside outputs.
+    Tensor y = ctx.output(0, DType::F32, {N, M, OH, OW});
+    float* yd = y.data<float>();
+    const int64_t stride = M * tiles;
+#pragma omp parallel for schedule(static) collapse(2)
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t th = 0; th < TH; ++th)
+                for (int64_t tw = 0; tw < TW; ++tw) {
+                    const float* p = P.data() + m * tiles + (n * TH + th) * TW + tw;
+                    float s[2][4];
+                    for (int j = 0; j < 4; ++j) {
+                        s[0][j] = p[j * stride] + p[(4 + j) * stride] + p[(8 + j) * stride];
+                        s[1][j] = p[(4 + j) * stride] - p[(8 + j) * stride] - p[(12 + j) * stride];
+                    }
+                    float* out = yd + ((n * M + m) * OH + th * 2) * OW + tw * 2;
+                    for (int i = 0; i < 2 && th * 2 + i < OH; ++i) {
+                        out[i * OW] = s[i][0] + s[i][1] + s[i][2];
+                        if (tw * 2 + 1 < OW) out[i * OW + 1] = s[i][1] - s[i][2] - s[i][3];
+                    }
+                }
+    const Activation act = ctx.node.op_type == "FusedConv" ? Activation::fromNode(ctx.node) : Activation{};
+    for (int64_t n = 0; n < N; ++n)
+        applyEpilogue(yd + n * M * OH * OW, M, OH * OW, b ? b->data<float>() : nullptr, true, z ? z->data<float>() + n * M * OH * OW : nullptr, act);
+    return {y};
+}
+
+}  // namespace
+
+void addWinogradConvTactics(std::vector<Tactic>& t) { t.push_back({"winograd", "conv", {"Conv", "FusedConv"}, supportsWinograd, winogradConv}); }
+
+}  // namespace kiln
