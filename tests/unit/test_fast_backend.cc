@@ -125,6 +125,11 @@ TEST(FastBackend, ConvTacticsMatchReference) {
                 if (std::string(act) == "Clip") c.inputs.push_back(randomTensor({2, M, oh, ow}, rng));  // residual
                 expectTacticMatchesReference(c, "winograd");
             }
+    {  // 2,048 channels: tiles go in blocks of 64, two here (72 tiles), the first across both images
+        Case c{node("Conv"), {randomTensor({2, 2048, 12, 12}, rng), randomTensor({7, 2048, 3, 3}, rng), randomTensor({7}, rng)}};
+        c.node.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+        expectTacticMatchesReference(c, "winograd");
+    }
     // 3x3 depthwise at the plane sizes of MobileNets and odd ones: the stride-1 flat-plane
     // stencil (its vector body, its wrapped columns and its top/bottom rows) and the stride-2
     // AVX2 rows (several 8-column steps, then the scalar tail).

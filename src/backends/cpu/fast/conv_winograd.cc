@@ -73,59 +73,61 @@ std::vector<Tensor> winogradConv(const KernelContext& ctx) {
     const Tensor* z = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;
     if (OH <= 0 || OW <= 0 || (b && (b->dtype() != DType::F32 || b->numel() != M)) || (z && (z->dtype() != DType::F32 || z->dims() != Dims{N, M, OH, OW})))
         return reference();
-    const int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, tiles = N * TH * TW;
-    // U[16][M][C], V[16][C][tiles], then the products P[16][M][tiles].
-    std::vector<float> U(static_cast<size_t>(kTile * M * C)), V(static_cast<size_t>(kTile * C * tiles)), P(static_cast<size_t>(kTile * M * tiles));
+    const int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, per_image = TH * TW, tiles = N * per_image;
+    // U[16][M][C] once; then blocks of tiles, each block's V[16][C][tiles] and products
+    // P[16][M][tiles] about 8 MB at most whatever the input size.
+    const int64_t block = std::min(tiles, std::max<int64_t>(64, (int64_t{1} << 21) / (kTile * std::max(C, M))));
+    std::vector<float> U(static_cast<size_t>(kTile * M * C)), V(static_cast<size_t>(kTile * C * block)), P(static_cast<size_t>(kTile * M * block));
     const float* wd = w.data<float>();
 #pragma omp parallel for schedule(static) if (M * C > 256)
     for (int64_t mc = 0; mc < M * C; ++mc) transformFilter(wd + mc * 9, U.data() + mc, M * C);
-    const float* xd = x.data<float>();
-#pragma omp parallel for schedule(static) collapse(2)
-    for (int64_t n = 0; n < N; ++n)
-        for (int64_t c = 0; c < C; ++c) {
-            const float* plane = xd + (n * C + c) * H * W;
-            for (int64_t th = 0; th < TH; ++th)
-                for (int64_t tw = 0; tw < TW; ++tw) {
-                    float d[4][4];
-                    for (int i = 0; i < 4; ++i) {
-                        const int64_t ih = th * 2 - pt + i;
-                        for (int j = 0; j < 4; ++j) {
-                            const int64_t iw = tw * 2 - pl + j;
-                            d[i][j] = ih >= 0 && ih < H && iw >= 0 && iw < W ? plane[ih * W + iw] : 0.0f;
-                        }
-                    }
-                    transformInput(d, V.data() + c * tiles + (n * TH + th) * TW + tw, C * tiles);
-                }
-        }
 #ifdef KILN_WITH_DNNL
     const SgemmFn sgemm = dnnlSgemm;
 #else
     const SgemmFn sgemm = blasSgemm;
 #endif
-    for (int64_t k = 0; k < kTile; ++k)
-        sgemm(false, false, M, tiles, C, 1.0f, U.data() + k * M * C, C, V.data() + k * C * tiles, tiles, 0.0f, P.data() + k * M * tiles, tiles);
-    // y = A^T p A for each tile (A^T rows: [1 1 1 0], [0 1 -1 -1]); tiles past the edge keep
-    // only their inside outputs.
+    const float* xd = x.data<float>();
     Tensor y = ctx.output(0, DType::F32, {N, M, OH, OW});
     float* yd = y.data<float>();
-    const int64_t stride = M * tiles;
+    for (int64_t t0 = 0; t0 < tiles; t0 += block) {
+        const int64_t nt = std::min(block, tiles - t0);
 #pragma omp parallel for schedule(static) collapse(2)
-    for (int64_t n = 0; n < N; ++n)
-        for (int64_t m = 0; m < M; ++m)
-            for (int64_t th = 0; th < TH; ++th)
-                for (int64_t tw = 0; tw < TW; ++tw) {
-                    const float* p = P.data() + m * tiles + (n * TH + th) * TW + tw;
-                    float s[2][4];
+        for (int64_t c = 0; c < C; ++c)
+            for (int64_t t = 0; t < nt; ++t) {
+                const int64_t tile = t0 + t, n = tile / per_image, th = tile % per_image / TW, tw = tile % TW;
+                const float* plane = xd + (n * C + c) * H * W;
+                float d[4][4];
+                for (int i = 0; i < 4; ++i) {
+                    const int64_t ih = th * 2 - pt + i;
                     for (int j = 0; j < 4; ++j) {
-                        s[0][j] = p[j * stride] + p[(4 + j) * stride] + p[(8 + j) * stride];
-                        s[1][j] = p[(4 + j) * stride] - p[(8 + j) * stride] - p[(12 + j) * stride];
-                    }
-                    float* out = yd + ((n * M + m) * OH + th * 2) * OW + tw * 2;
-                    for (int i = 0; i < 2 && th * 2 + i < OH; ++i) {
-                        out[i * OW] = s[i][0] + s[i][1] + s[i][2];
-                        if (tw * 2 + 1 < OW) out[i * OW + 1] = s[i][1] - s[i][2] - s[i][3];
+                        const int64_t iw = tw * 2 - pl + j;
+                        d[i][j] = ih >= 0 && ih < H && iw >= 0 && iw < W ? plane[ih * W + iw] : 0.0f;
                     }
                 }
+                transformInput(d, V.data() + c * nt + t, C * nt);
+            }
+        for (int64_t k = 0; k < kTile; ++k)
+            sgemm(false, false, M, nt, C, 1.0f, U.data() + k * M * C, C, V.data() + k * C * nt, nt, 0.0f, P.data() + k * M * nt, nt);
+        // y = A^T p A for each tile (A^T rows: [1 1 1 0], [0 1 -1 -1]); tiles past the edge
+        // keep only their inside outputs.
+        const int64_t stride = M * nt;
+#pragma omp parallel for schedule(static) collapse(2)
+        for (int64_t m = 0; m < M; ++m)
+            for (int64_t t = 0; t < nt; ++t) {
+                const int64_t tile = t0 + t, n = tile / per_image, th = tile % per_image / TW, tw = tile % TW;
+                const float* p = P.data() + m * nt + t;
+                float s[2][4];
+                for (int j = 0; j < 4; ++j) {
+                    s[0][j] = p[j * stride] + p[(4 + j) * stride] + p[(8 + j) * stride];
+                    s[1][j] = p[(4 + j) * stride] - p[(8 + j) * stride] - p[(12 + j) * stride];
+                }
+                float* out = yd + ((n * M + m) * OH + th * 2) * OW + tw * 2;
+                for (int i = 0; i < 2 && th * 2 + i < OH; ++i) {
+                    out[i * OW] = s[i][0] + s[i][1] + s[i][2];
+                    if (tw * 2 + 1 < OW) out[i * OW + 1] = s[i][1] - s[i][2] - s[i][3];
+                }
+            }
+    }
     const Activation act = ctx.node.op_type == "FusedConv" ? Activation::fromNode(ctx.node) : Activation{};
     for (int64_t n = 0; n < N; ++n)
         applyEpilogue(yd + n * M * OH * OW, M, OH * OW, b ? b->data<float>() : nullptr, true, z ? z->data<float>() + n * M * OH * OW : nullptr, act);
