@@ -12,18 +12,13 @@
 
 #include <limits>
 
+#include "backends/cpu/fast/conv_geometry.h"
 #include "backends/cpu/fast/epilogue.h"
 #include "backends/cpu/fast/sgemm.h"
 #include "backends/cpu/fast/tactics.h"
 #include "backends/cpu/reference/kernel_util.h"
 
 namespace kiln {
-
-namespace {
-
-struct Conv2d {
-    int64_t N, C, H, W, M, KH, KW, OH, OW, group, sh, sw, dh, dw, pt, pl;
-};
 
 bool conv2dNode(const Node& n) {
     if (n.op_type != "Conv" && n.op_type != "FusedConv") return false;
@@ -32,16 +27,7 @@ bool conv2dNode(const Node& n) {
     return k.empty() || k.size() == 2;
 }
 
-bool supportsGemmConv(const Node& n, const Graph&) { return conv2dNode(n); }
-// Depthwise: one input channel per group and one filter per channel (weights [C, 1, kh, kw]).
-bool supportsDepthwise(const Node& n, const Graph& g) {
-    if (!conv2dNode(n) || n.inputs.size() < 2) return false;
-    auto w = g.initializers.find(n.inputs[1]);
-    return w != g.initializers.end() && w->second.rank() == 4 && w->second.dims()[1] == 1 && w->second.dims()[0] == n.attrs.getInt("group", 1);
-}
-
-// Geometry of a 2-D conv, or false when the tensors do not fit this backend's kernels.
-bool geometry(const KernelContext& ctx, Conv2d* g) {
+bool conv2dGeometry(const KernelContext& ctx, Conv2d* g) {
     const Tensor& x = ctx.input(0);
     const Tensor& w = ctx.input(1);
     if (x.dtype() != DType::F32 || w.dtype() != DType::F32 || x.rank() != 4 || w.rank() != 4) return false;
@@ -57,6 +43,16 @@ bool geometry(const KernelContext& ctx, Conv2d* g) {
     if (const Tensor* b = ctx.optionalInput(2); b && (b->dtype() != DType::F32 || b->numel() != g->M)) return false;
     if (const Tensor* z = ctx.optionalInput(3); z && (z->dtype() != DType::F32 || z->dims() != Dims{g->N, g->M, g->OH, g->OW})) return false;
     return true;
+}
+
+namespace {
+
+bool supportsGemmConv(const Node& n, const Graph&) { return conv2dNode(n); }
+// Depthwise: one input channel per group and one filter per channel (weights [C, 1, kh, kw]).
+bool supportsDepthwise(const Node& n, const Graph& g) {
+    if (!conv2dNode(n) || n.inputs.size() < 2) return false;
+    auto w = g.initializers.find(n.inputs[1]);
+    return w != g.initializers.end() && w->second.rank() == 4 && w->second.dims()[1] == 1 && w->second.dims()[0] == n.attrs.getInt("group", 1);
 }
 
 std::vector<Tensor> fallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
@@ -83,7 +79,7 @@ void blockEpilogue(const KernelContext& ctx, const Conv2d& g, Tensor& y, int64_t
 
 std::vector<Tensor> gemmConvWith(const KernelContext& ctx, SgemmFn sgemm) {
     Conv2d g;
-    if (!geometry(ctx, &g)) return fallback(ctx);
+    if (!conv2dGeometry(ctx, &g)) return fallback(ctx);
     const float* x = ctx.input(0).data<float>();
     const float* w = ctx.input(1).data<float>();
     Tensor y = ctx.output(0, DType::F32, {g.N, g.M, g.OH, g.OW});
@@ -264,7 +260,7 @@ DepthwiseRowFn specializedDepthwise(const Conv2d& g) {
 
 std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
     Conv2d g;
-    if (!geometry(ctx, &g) || g.group != g.C || g.M != g.C) return fallback(ctx);
+    if (!conv2dGeometry(ctx, &g) || g.group != g.C || g.M != g.C) return fallback(ctx);
     const float* x = ctx.input(0).data<float>();
     const float* w = ctx.input(1).data<float>();
     Tensor y = ctx.output(0, DType::F32, {g.N, g.M, g.OH, g.OW});
@@ -425,7 +421,7 @@ __attribute__((target("avx2,fma"))) void directRow(const float* xp, int64_t C, i
 
 std::vector<Tensor> directConv(const KernelContext& ctx) {
     Conv2d g;
-    if (!geometry(ctx, &g) || g.group != 1 || g.sh != g.sw || g.sh < 1 || g.sh > 2 || g.dh != 1 || g.dw != 1) return gemmConv(ctx);
+    if (!conv2dGeometry(ctx, &g) || g.group != 1 || g.sh != g.sw || g.sh < 1 || g.sh > 2 || g.dh != 1 || g.dw != 1) return gemmConv(ctx);
     const float* x = ctx.input(0).data<float>();
     const float* w = ctx.input(1).data<float>();
     Tensor y = ctx.output(0, DType::F32, {g.N, g.M, g.OH, g.OW});

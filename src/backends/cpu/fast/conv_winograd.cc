@@ -3,12 +3,13 @@
 // independent [M x C] x [C x tiles] products (one sgemm each): 2.25x fewer multiplies than a
 // direct 3x3 conv, paid for with the input and output transforms, so it wins where channels
 // are many and planes large. `auto` times it against the other conv tactics per node.
+#include <algorithm>
 #include <vector>
 
+#include "backends/cpu/fast/conv_geometry.h"
 #include "backends/cpu/fast/epilogue.h"
 #include "backends/cpu/fast/sgemm.h"
 #include "backends/cpu/fast/tactics.h"
-#include "backends/cpu/reference/kernel_util.h"
 
 namespace kiln {
 
@@ -17,8 +18,7 @@ namespace {
 constexpr int64_t kTile = 16;  // 4x4 transformed values per tile
 
 bool supportsWinograd(const Node& n, const Graph& g) {
-    if ((n.op_type != "Conv" && n.op_type != "FusedConv") || n.attrs.getString("data_layout", "NCHW") != "NCHW") return false;
-    if (n.attrs.getInt("group", 1) != 1 || n.attrs.getInts("strides", {1, 1}) != std::vector<int64_t>{1, 1} ||
+    if (!conv2dNode(n) || n.attrs.getInt("group", 1) != 1 || n.attrs.getInts("strides", {1, 1}) != std::vector<int64_t>{1, 1} ||
         n.attrs.getInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1})
         return false;
     if (auto k = n.attrs.getInts("kernel_shape"); !k.empty()) return k == std::vector<int64_t>{3, 3};
@@ -58,35 +58,21 @@ void transformInput(const float (&d)[4][4], float* v, int64_t stride) {
 }
 
 std::vector<Tensor> winogradConv(const KernelContext& ctx) {
-    const Tensor& x = ctx.input(0);
-    const Tensor& w = ctx.input(1);
-    auto reference = [&] { return referenceKernels().find(ctx.node.op_type)(ctx); };
-    const Attributes& a = ctx.attrs();
-    if (x.dtype() != DType::F32 || w.dtype() != DType::F32 || x.rank() != 4 || w.rank() != 4 || w.dims()[2] != 3 || w.dims()[3] != 3 ||
-        w.dims()[1] != x.dims()[1] || a.getInt("group", 1) != 1 || a.getInts("strides", {1, 1}) != std::vector<int64_t>{1, 1} ||
-        a.getInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1})
-        return reference();
-    const int64_t N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3], M = w.dims()[0];
-    const SpatialPads pads = resolvePads(ctx, {H, W}, {3, 3}, {1, 1}, {1, 1});
-    const int64_t pt = pads.begin[0], pl = pads.begin[1], OH = H + pt + pads.end[0] - 2, OW = W + pl + pads.end[1] - 2;
+    Conv2d g;
+    if (!conv2dGeometry(ctx, &g) || g.KH != 3 || g.KW != 3 || g.group != 1 || g.sh != 1 || g.sw != 1 || g.dh != 1 || g.dw != 1)
+        return referenceKernels().find(ctx.node.op_type)(ctx);
+    const int64_t N = g.N, C = g.C, H = g.H, W = g.W, M = g.M, OH = g.OH, OW = g.OW, pt = g.pt, pl = g.pl;
     const Tensor* b = ctx.optionalInput(2);
     const Tensor* z = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;
-    if (OH <= 0 || OW <= 0 || (b && (b->dtype() != DType::F32 || b->numel() != M)) || (z && (z->dtype() != DType::F32 || z->dims() != Dims{N, M, OH, OW})))
-        return reference();
     const int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, per_image = TH * TW, tiles = N * per_image;
     // U[16][M][C] once; then blocks of tiles, each block's V[16][C][tiles] and products
     // P[16][M][tiles] about 8 MB at most whatever the input size.
     const int64_t block = std::min(tiles, std::max<int64_t>(64, (int64_t{1} << 21) / (kTile * std::max(C, M))));
     std::vector<float> U(static_cast<size_t>(kTile * M * C)), V(static_cast<size_t>(kTile * C * block)), P(static_cast<size_t>(kTile * M * block));
-    const float* wd = w.data<float>();
+    const float* wd = ctx.input(1).data<float>();
 #pragma omp parallel for schedule(static) if (M * C > 256)
     for (int64_t mc = 0; mc < M * C; ++mc) transformFilter(wd + mc * 9, U.data() + mc, M * C);
-#ifdef KILN_WITH_DNNL
-    const SgemmFn sgemm = dnnlSgemm;
-#else
-    const SgemmFn sgemm = blasSgemm;
-#endif
-    const float* xd = x.data<float>();
+    const float* xd = ctx.input(0).data<float>();
     Tensor y = ctx.output(0, DType::F32, {N, M, OH, OW});
     float* yd = y.data<float>();
     for (int64_t t0 = 0; t0 < tiles; t0 += block) {
@@ -107,7 +93,7 @@ std::vector<Tensor> winogradConv(const KernelContext& ctx) {
                 transformInput(d, V.data() + c * nt + t, C * nt);
             }
         for (int64_t k = 0; k < kTile; ++k)
-            sgemm(false, false, M, nt, C, 1.0f, U.data() + k * M * C, C, V.data() + k * C * nt, nt, 0.0f, P.data() + k * M * nt, nt);
+            kPreferredSgemm(false, false, M, nt, C, 1.0f, U.data() + k * M * C, C, V.data() + k * C * nt, nt, 0.0f, P.data() + k * M * nt, nt);
         // y = A^T p A for each tile (A^T rows: [1 1 1 0], [0 1 -1 -1]); tiles past the edge
         // keep only their inside outputs.
         const int64_t stride = M * nt;

@@ -73,12 +73,6 @@ std::vector<Tensor> fastLayerNorm(const KernelContext& ctx) {
     return {y};
 }
 
-#ifdef KILN_WITH_DNNL
-constexpr SgemmFn kAttentionSgemm = dnnlSgemm;
-#else
-constexpr SgemmFn kAttentionSgemm = blasSgemm;
-#endif
-
 // Attention(Q [.., S, D], Kt [.., D, T], V [.., T, E], mask), or with layout "bshd" Q [B, S, H, D],
 // K [B, T, H, D], V [B, T, H, E] -> [B, S, H, E] (the transposes around it folded into the GEMMs'
 // strides). One task per (batch, head, 32 query rows): its scores stay in the thread's cache
@@ -141,7 +135,7 @@ std::vector<Tensor> fastAttention(const KernelContext& ctx) {
             const float* kb = pk + (bshd ? b * T * H * D + h * D : bh * D * T);
             const float* vb = pv + (bshd ? b * T * H * E + h * E : bh * T * E);
             float* ob = po + (bshd ? b * S * H * E + h * E : bh * S * E) + s0 * ldo;
-            kAttentionSgemm(false, bshd, rows, T, D, scale, qb, ldq, kb, ldk, 0.0f, scores.data(), T);
+            kPreferredSgemm(false, bshd, rows, T, D, scale, qb, ldq, kb, ldk, 0.0f, scores.data(), T);
             if (pm) {
                 for (int64_t r = 0; r < rows; ++r) {
                     const float* m = pm + mask_row[static_cast<size_t>(bh * S + s0 + r)];
@@ -154,7 +148,7 @@ std::vector<Tensor> fastAttention(const KernelContext& ctx) {
                 }
             }
             softmaxRows(scores.data(), rows, T);
-            kAttentionSgemm(false, false, rows, E, T, 1.0f, scores.data(), T, vb, ldv, 0.0f, ob, ldo);
+            kPreferredSgemm(false, false, rows, E, T, 1.0f, scores.data(), T, vb, ldv, 0.0f, ob, ldo);
         }
     }
     return {out};

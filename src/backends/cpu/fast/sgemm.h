@@ -15,5 +15,11 @@ void blasSgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 void dnnlSgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                float* C, int64_t ldc);
 #endif
+// The faster of the two where one is wanted without timing: oneDNN's when built with it.
+#ifdef KILN_WITH_DNNL
+constexpr SgemmFn kPreferredSgemm = dnnlSgemm;
+#else
+constexpr SgemmFn kPreferredSgemm = blasSgemm;
+#endif
 
 }  // namespace kiln
