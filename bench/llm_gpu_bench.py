@@ -62,7 +62,12 @@ def make_model(name):
     if not os.path.exists(os.path.join(d, "model.safetensors")):
         raise RuntimeError(f"{d}: save_pretrained wrote no single model.safetensors: {os.listdir(d)}")
     params = sum(p.numel() for p in m.parameters())
-    return m, d, params
+    # Weights a decode step reads in full: all but the token-embedding table (one row a token)
+    # unless it is also the LM head (tied, GPT-2), and GPT-2's position table (one row).
+    skipped = 0 if cfg.tie_word_embeddings else m.get_input_embeddings().weight.numel()
+    if name == "gpt2":
+        skipped += m.transformer.wpe.weight.numel()
+    return m, d, params, params - skipped
 
 
 def kiln(args, *cmd, timeout=600, env=None, stderr_to=None):
@@ -89,10 +94,10 @@ def hf_generate_tps(m, batch, prompt_len, new_tokens, vocab):
 
 def bench_model(args, name, bw):
     row = {"model": name}
-    m, d, params = make_model(name)
+    m, d, params, streamed = make_model(name)
     vocab = m.config.vocab_size
     row["params"] = params
-    weight_bytes = 2 * params  # f16, each weight read once per decode step (a tied LM head is the embedding)
+    weight_bytes = 2 * streamed  # f16, each weight read once per decode step
     row["weight_gb"] = weight_bytes / 1e9
     # Greedy agreement with transformers.
     g = torch.Generator().manual_seed(2)
