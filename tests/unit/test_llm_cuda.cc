@@ -7,7 +7,6 @@
 
 #include "backends/cuda/cuda_executor.h"
 #include "llm/cuda/cuda_decoder_model.h"
-#include "llm/cuda/l2_prefetch.h"
 #include "llm/decoder_model.h"
 #include "llm/scheduler.h"
 #include "llm_test_models.h"
@@ -165,55 +164,6 @@ TEST(LlmCudaArgmax, LowestIdAmongEqualMaximaAndNaNsIgnored) {
     EXPECT_EQ(ids, (std::vector<int32_t>{777, 9, 50256, 0}));
 }
 #endif
-
-// The L2 prefetch plan (host only, no GPU needed): requests walk the weights in read order,
-// never ask twice for a byte, cross weight boundaries, stop at kMaxRanges weights and at the end.
-TEST(L2PrefetchPlan, RequestsCoverEachByteOnceInReadOrder) {
-    static char pool[1 << 16];
-    // Four weights of uneven sizes (multiples of 16) with gaps between them in memory.
-    const std::vector<std::pair<size_t, size_t>> at_size = {{0, 4096}, {8192, 160}, {12288, 1024}, {20480, 8192}};
-    std::vector<std::pair<const void*, size_t>> order;
-    for (auto [at, size] : at_size) order.emplace_back(pool + at, size);
-    llm::cuda::L2PrefetchPlan plan;
-    plan.assign(order);
-    ASSERT_EQ(plan.weights(), 4u);
-    EXPECT_EQ(plan.begin(2), 4096u + 160u);
-    EXPECT_EQ(plan.end(3), 4096u + 160u + 1024u + 8192u);
-    // Which byte of the read order an address is (or -1).
-    auto position = [&](const char* p) -> long {
-        for (size_t i = 0; i < order.size(); ++i) {
-            const char* b = static_cast<const char*>(order[i].first);
-            if (p >= b && p < b + order[i].second) return static_cast<long>(plan.begin(i) + (p - b));
-        }
-        return -1;
-    };
-    std::vector<int> asked(plan.end(3), 0);
-    auto take = [&](size_t from, size_t ahead) {
-        const llm::cuda::L2Prefetch r = plan.request(from, ahead);
-        size_t total = 0;
-        for (int i = 0; i < llm::cuda::L2Prefetch::kMaxRanges; ++i) {
-            if (r.bytes[i] == 0) continue;
-            const long first = position(static_cast<const char*>(r.ptr[i]));
-            EXPECT_GE(first, 0);
-            EXPECT_EQ(r.bytes[i] % 16, 0u);
-            EXPECT_EQ(position(static_cast<const char*>(r.ptr[i]) + r.bytes[i] - 1), first + long(r.bytes[i]) - 1) << "a range runs past its weight";
-            for (size_t b = 0; b < r.bytes[i]; ++b) ++asked[first + b];
-            total += r.bytes[i];
-        }
-        return total;
-    };
-    EXPECT_EQ(take(plan.end(0), 100), 96u);           // rounded down to 16 bytes, in weight 1
-    EXPECT_EQ(take(plan.end(0), 1000), 1000u - 96u - 8u);  // from where the last stopped: weights 1 and 2
-    EXPECT_EQ(take(plan.begin(1), 50), 0u);           // already asked for
-    EXPECT_EQ(take(plan.begin(3), 1 << 20), 8192u);   // stops at the end of the order
-    EXPECT_EQ(take(plan.end(3), 4096), 0u);
-    for (size_t b = 0; b < asked.size(); ++b) {
-        const bool wanted = (b >= plan.end(0) && b < plan.end(0) + 992) || b >= plan.begin(3);
-        ASSERT_EQ(asked[b], wanted ? 1 : 0) << "byte " << b;
-    }
-    plan.restart();  // the next step asks again from the start
-    EXPECT_EQ(take(0, 4096 + 160 + 1024 + 8192), 4096u + 160u + 1024u + 8192u);  // all four weights in one request
-}
 
 TEST(LlmCudaNoDevice, TargetCudaFailsWithOneClearError) {
     if (gpuPresent()) GTEST_SKIP() << "a GPU is present";

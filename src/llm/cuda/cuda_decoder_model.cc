@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -259,7 +258,7 @@ private:
     // pending for the next norm, which adds it in the same pass. `small` is decided once
     // per step: the two paths leave the residual stream in different states.
     void linear(bool small, int64_t rows, int64_t N, int64_t K, const DeviceBuffer& W, const LinearIn& in, const cuda::SmallGemmOutput& out,
-                const char* stage, const cuda::L2Prefetch& prefetch = {}) const {
+                const char* stage) const {
         using Out = cuda::SmallGemmOutput;
         const DecoderConfig& c = config_;
         const bool llama = c.family == Family::Llama;
@@ -274,7 +273,7 @@ private:
             } else {
                 si.x = static_cast<const __half*>(in.x);
             }
-            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), si, out, sms_, stream_, prefetch);
+            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), si, out, sms_, stream_);
             return;
         }
         const void* x = in.x;
@@ -325,12 +324,6 @@ private:
         float* x = act_.x.as<float>();
         pending_ = {};
         const bool small = T <= cuda::kSmallGemmMaxRows && small_gemm_;
-        // Decode steps ask L2 for weights ahead of the kernels that read them (l2_prefetch.h):
-        // attention for the bytes from the o projection on, each small GEMM for those past its own.
-        static const size_t gemv_ahead = knob("PREFETCH_GEMV_KB", 0) << 10, attention_ahead = knob("PREFETCH_ATTENTION_KB", 0) << 10;
-        const bool prefetch = small && (gemv_ahead || attention_ahead);
-        prefetch_plan_.restart();
-        auto ahead = [&](size_t from, size_t bytes) { return prefetch ? prefetch_plan_.request(from, bytes) : cuda::L2Prefetch{}; };
         profiler_.stage(stream_, "embed");
         cuda::launchEmbed(Ti, static_cast<int>(H), m, embed_.as<__half>(), llama ? nullptr : positions_.as<__half>(), x, stream_);
         const size_t layer_elems = static_cast<size_t>(num_blocks * c.kv_heads * bs * D);  // keys (or values) of one layer
@@ -340,31 +333,20 @@ private:
             Out qkv = outputTo(Out::Qkv, nullptr);
             qkv.qkv = {m, {base, base + layer_elems, static_cast<int>(c.kv_heads), static_cast<int>(D), static_cast<int>(bs)}, static_cast<int>(c.heads),
                        llama, c.rope_theta, L.qkv_b.as<__half>(), act_.q.as<__half>()};
-            const size_t w = 4 * static_cast<size_t>(l);  // this layer's q|k|v in the plan; o, up, down follow
-            linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, "qkv+rope+cache",
-                   ahead(prefetch_plan_.end(w), gemv_ahead));
+            linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, "qkv+rope+cache");
             profiler_.stage(stream_, "attention");
             if (!skipped("attention"))
                 cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, 1.f / std::sqrt(static_cast<float>(D)),
-                                           attention_scratch_, act_.att.as<__half>(), stream_, ahead(prefetch_plan_.begin(w + 1), attention_ahead));
-            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o",
-                   ahead(prefetch_plan_.end(w + 1), gemv_ahead));
+                                           attention_scratch_, act_.att.as<__half>(), stream_);
+            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o");
             linear(small, T, llama ? 2 * I : I, H, L.up, {In::Norm, x, L.norm2_w.as<float>(), L.norm2_b.as<float>()},
-                   outputTo(llama ? Out::SwiGlu : Out::GeluBias, act_.mlp_act.ptr, L.up_b.as<__half>()), "up+activation",
-                   ahead(prefetch_plan_.end(w + 2), gemv_ahead));
-            linear(small, T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), "down",
-                   ahead(prefetch_plan_.end(w + 3), gemv_ahead));
+                   outputTo(llama ? Out::SwiGlu : Out::GeluBias, act_.mlp_act.ptr, L.up_b.as<__half>()), "up+activation");
+            linear(small, T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), "down");
         }
         // Only each chunk's last token needs logits: final norm of those rows, LM head.
         linear(small, S, c.vocab, H, *lm_head_, {In::Norm, x, final_w_.as<float>(), final_b_.as<float>(), m.last_token}, outputTo(Out::Float, act_.logits.ptr), "lm head");
         if (argmax) cuda::launchArgmax(static_cast<int>(S), static_cast<int>(c.vocab), act_.logits.as<float>(), act_.ids.as<int32_t>(), stream_);
         KILN_CUDA_CHECK(cudaGetLastError());
-    }
-
-    // Tuning knobs for A/B runs (KILN_LLM_<NAME>=n), read once by each caller.
-    static size_t knob(const char* name, size_t fallback) {
-        const char* v = std::getenv((std::string("KILN_LLM_") + name).c_str());
-        return v && *v ? static_cast<size_t>(std::atoll(v)) : fallback;
     }
 
     // Stages left out of the step for timing experiments (KILN_LLM_SKIP=attention,o,...):
@@ -457,11 +439,6 @@ private:
             if (tied) lm_head_ = &embed_;
             else separate_head_ = upload(halfBits(findWeight(w, {""}, "lm_head.weight", {c.vocab, H}))), lm_head_ = &separate_head_;
         }
-        std::vector<std::pair<const void*, size_t>> order;  // as compute() reads them
-        for (const LayerWeights& L : layers_)
-            for (const DeviceBuffer* b : {&L.qkv, &L.o, &L.up, &L.down}) order.emplace_back(b->ptr, b->bytes);
-        order.emplace_back(lm_head_->ptr, lm_head_->bytes);
-        prefetch_plan_.assign(std::move(order));
     }
 
     DecoderConfig config_;
@@ -479,7 +456,6 @@ private:
     mutable std::map<std::pair<int64_t, bool>, Captured> graphs_;  // by (batch size, argmax)
     mutable std::set<std::pair<int64_t, bool>> eager_sizes_;      // decode shapes that ran once without a graph
     mutable cuda::StepProfiler profiler_;
-    mutable cuda::L2PrefetchPlan prefetch_plan_;
     // The cuBLAS path's residual add not yet done: the next norm adds it.
     struct PendingAdd {
         const __half* add = nullptr;

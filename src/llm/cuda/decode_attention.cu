@@ -125,11 +125,10 @@ __device__ RangeResult attendRange(int heads, const __half* q, const StepMeta& m
 
 template <int D, int kKeys>
 __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale,
-                                                                          AttentionScratch scratch, int min_split, __half* out, L2Prefetch prefetch) {
+                                                                          AttentionScratch scratch, int min_split, __half* out) {
     constexpr int kGroups = kAttentionThreads / (D / 8);
     __shared__ bool last;
     const int h = blockIdx.x, t = blockIdx.y, split = blockIdx.z, splits = gridDim.z;  // splits: for the longest context
-    prefetchToL2(prefetch);  // by every CTA, also those with no keys to attend
     // The step's metadata and the keys cached by earlier steps do not depend on the previous
     // kernel (which writes q and this step's keys): they are read before waiting for it.
     const int len = m.positions[t] + 1;
@@ -182,7 +181,7 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
 }  // namespace
 
 void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, const AttentionScratch& scratch,
-                          __half* out, cudaStream_t s, const L2Prefetch& prefetch) {
+                          __half* out, cudaStream_t s) {
     // Enough CTAs for two per SM; the split count depends on T only, so a captured graph
     // stays valid as contexts grow (splits past a short context's end exit at once).
     // (KILN_LLM_ATTENTION_SPLITS caps it for A/B runs.)
@@ -197,7 +196,7 @@ void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, 
     static const int forced = decoderKnob("ATTENTION_KEYS", 0);
     const bool eight = forced ? forced == 8 : T * heads <= 16;
     static const int min_split = std::max(32, decoderKnob("ATTENTION_MIN_SPLIT", kMinKeysPerSplit));
-    auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, min_split, out, prefetch); };
+    auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, min_split, out); };
     if (kv.head_dim == 64) eight ? run(pagedAttentionKernel<64, 8>) : run(pagedAttentionKernel<64, 4>);
     else eight ? run(pagedAttentionKernel<128, 8>) : run(pagedAttentionKernel<128, 4>);
 }

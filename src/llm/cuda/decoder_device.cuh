@@ -52,25 +52,6 @@ __device__ __forceinline__ void waitForPredecessor() {
 #endif
 }
 
-// Every CTA calls this: the warps of the grid share out the ranges in pieces, lane 0 of
-// each issuing bulk L2 prefetches (no registers or shared memory held while they land).
-__device__ __forceinline__ void prefetchToL2(const L2Prefetch& p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr uint32_t kPiece = 8192;
-    if (threadIdx.x % 32 != 0) return;
-    const uint32_t warps_per_cta = blockDim.x / 32, cta = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-    const uint32_t warps = gridDim.x * gridDim.y * gridDim.z * warps_per_cta, warp = cta * warps_per_cta + threadIdx.x / 32;
-#pragma unroll
-    for (int r = 0; r < L2Prefetch::kMaxRanges; ++r) {
-        const uint32_t bytes = p.bytes[r], pieces = (bytes + kPiece - 1) / kPiece;
-        for (uint32_t j = warp; j < pieces; j += warps) {
-            const char* at = static_cast<const char*>(p.ptr[r]) + size_t(j) * kPiece;
-            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(at), "r"(min(kPiece, bytes - j * kPiece)) : "memory");
-        }
-    }
-#endif
-}
-
 // Launches kernel<<<grid, block, smem, s>>>(args...), allowed to start before the previous
 // kernel on the stream ends when PDL is on (the kernel must call waitForPredecessor first).
 template <typename... Params, typename... Args>

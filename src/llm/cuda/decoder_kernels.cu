@@ -119,7 +119,7 @@ __device__ __forceinline__ uint4 loadWeights(const uint4* p, bool evict_first, u
 // shared memory; the epilogue stores or fuses per kind.
 template <int R, int P>
 __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out,
-                                                                  bool evict_first, L2Prefetch prefetch) {
+                                                                  bool evict_first) {
     extern __shared__ __align__(16) __half xs[];  // [rows][K]
     __shared__ float shared[32];
     constexpr int U = 8 / P;  // 16-byte weight loads per lane and row in one chunk
@@ -147,7 +147,6 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
     advance(next_task, next_chunk);
     if (task < tasks) load(wa, task, chunk);  // weights do not depend on the previous kernel
     if (next_task < tasks) load(wb, next_task, next_chunk);
-    prefetchToL2(prefetch);  // the next kernels' weights, behind this one's first loads
     waitForPredecessor();
     for (int r = 0; r < rows; ++r) {
         __half* dst = xs + int64_t(r) * K;
@@ -301,8 +300,7 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 // fewer (KILN_LLM_GEMV_CTAS_PER_SM, for A/B runs: one per SM was 20% slower on the H200;
 // building for three per SM, fewer registers, gained nothing); the warps stride over the tasks.
 template <int R, int P>
-void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s,
-                         const L2Prefetch& prefetch) {
+void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
     static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
     // Evict-first weight loads: batch-1 decode on the H200 0.340 -> 0.309 ms/token (GPT-2),
     // 0.943 -> 0.914 (Llama-1.1B). KILN_LLM_WEIGHTS_EVICT_FIRST=0 turns them off.
@@ -314,15 +312,14 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
-    launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first, prefetch);
+    launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first);
 }
 
 template <int P>
-void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s,
-                          const L2Prefetch& prefetch) {
-    if (rows == 1) launchSmallGemmRows<1, P>(rows, N, K, W, in, out, sms, s, prefetch);
-    else if (rows == 2) launchSmallGemmRows<2, P>(rows, N, K, W, in, out, sms, s, prefetch);
-    else launchSmallGemmRows<4, P>(rows, N, K, W, in, out, sms, s, prefetch);
+void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
+    if (rows == 1) launchSmallGemmRows<1, P>(rows, N, K, W, in, out, sms, s);
+    else if (rows == 2) launchSmallGemmRows<2, P>(rows, N, K, W, in, out, sms, s);
+    else launchSmallGemmRows<4, P>(rows, N, K, W, in, out, sms, s);
 }
 
 template <int P>
@@ -365,10 +362,9 @@ bool prepareSmallGemm(int max_k) {
     return allowSmallGemmSmem<1>(bytes) && allowSmallGemmSmem<2>(bytes);
 }
 
-void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s,
-                     const L2Prefetch& prefetch) {
-    if (out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv) launchSmallGemmPairs<2>(rows, N, K, W, in, out, sms, s, prefetch);
-    else launchSmallGemmPairs<1>(rows, N, K, W, in, out, sms, s, prefetch);
+void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
+    if (out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv) launchSmallGemmPairs<2>(rows, N, K, W, in, out, sms, s);
+    else launchSmallGemmPairs<1>(rows, N, K, W, in, out, sms, s);
 }
 
 void launchArgmax(int rows, int n, const float* x, int32_t* ids, cudaStream_t s) {

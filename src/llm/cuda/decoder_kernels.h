@@ -12,8 +12,6 @@
 
 #include <cstdint>
 
-#include "llm/cuda/l2_prefetch.h"
-
 namespace kiln::llm::cuda {
 
 // Device arrays describing one step: T tokens from S chunks.
@@ -71,7 +69,7 @@ struct AttentionScratch {
 };
 constexpr int kMaxAttentionSplits = 16;
 void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, const AttentionScratch& scratch,
-                          __half* out, cudaStream_t s, const L2Prefetch& prefetch = {});
+                          __half* out, cudaStream_t s);
 // y = in * W^T (W f16 [N][K]) for rows <= kSmallGemmMaxRows token rows, the decode case,
 // where cuBLAS leaves HBM bandwidth unused; the input comes from a fused prologue and
 // the output goes through a fused epilogue, which saves the norm, activation and
@@ -98,8 +96,7 @@ struct SmallGemmOutput {
 // Allows the shared memory the largest K needs; false when the device cannot (then the
 // caller keeps to cuBLAS). K must be a multiple of 8.
 bool prepareSmallGemm(int max_k);
-void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s,
-                     const L2Prefetch& prefetch = {});
+void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s);
 // ids[r] = the index of row r's largest value (the lowest on ties), rows [rows][n]; NaNs never win.
 void launchArgmax(int rows, int n, const float* x, int32_t* ids, cudaStream_t s);
 // GPT-2: out = gelu_tanh(in + bias), in [T][I]. Llama: out = silu(gate) * up from the
