@@ -1,6 +1,8 @@
 #include "llm/onnx_decoder.h"
 
 #include <algorithm>
+#include <cmath>
+#include <tuple>
 #include <set>
 
 #include "ir/error.h"
@@ -86,6 +88,19 @@ public:
 
     const Graph& graph() const { return g_; }
     const std::string& where() const { return where_; }
+    // The nodes reading `value`.
+    std::vector<const Node*> consumers(const std::string& value) const {
+        std::vector<const Node*> out;
+        if (auto it = consumers_.find(value); it != consumers_.end())
+            for (size_t i : it->second) out.push_back(&g_.nodes[i]);
+        return out;
+    }
+    // A constant input of `n` with `numel` values, or null.
+    const Tensor* constantInput(const Node& n, int64_t numel) const {
+        for (const auto& in : n.inputs)
+            if (const Tensor* c = constant(in); c && c->numel() == numel) return c;
+        return nullptr;
+    }
 
 private:
     // The single op_type consumer of `value`, looking through Reshapes with one consumer.
@@ -200,21 +215,144 @@ DecoderWeights readGpt2(const GraphReader& r) {
     return out;
 }
 
+// An RMSNorm as exporters decompose it: ReduceMean(Pow(x, 2)) -> Add(eps) -> Sqrt ->
+// Reciprocal (or Div) -> Mul(x) -> Mul(weight). From the ReduceMean, the first Add of a scalar
+// constant is eps and the first Mul by a constant of H values is the weight.
+struct RmsNorm {
+    const Tensor* weight = nullptr;
+    float eps = 0.f;
+};
+RmsNorm decomposedRmsNorm(const GraphReader& r, const Node& mean, int64_t H) {
+    RmsNorm out;
+    std::vector<std::string> frontier = {mean.outputs[0]};
+    for (int hops = 0; hops < 6 && !out.weight; ++hops) {
+        std::vector<std::string> next;
+        for (const auto& v : frontier)
+            for (const Node* c : r.consumers(v)) {
+                if (c->op_type == "Add" && out.eps == 0.f)
+                    if (const Tensor* e = r.constantInput(*c, 1)) out.eps = static_cast<float>(e->scalarAt(0));
+                if (c->op_type == "Mul" && (out.weight = r.constantInput(*c, H))) break;
+                next.push_back(c->outputs[0]);
+            }
+        frontier = std::move(next);
+    }
+    check(out.weight != nullptr, r.where() + ": " + mean.describe() + ": no scale of " + std::to_string(H) + " values after this RMSNorm");
+    return out;
+}
+
+bool isRmsNormMean(const GraphReader& r, const Node& n) {
+    if (n.op_type != "ReduceMean") return false;
+    for (const Node& p : r.graph().nodes)  // fed by Pow(x, 2)
+        if (p.op_type == "Pow" && p.outputs[0] == n.inputs[0] && p.inputs.size() == 2)
+            if (const Tensor* e = r.constant(p.inputs[1]); e && e->numel() == 1 && e->scalarAt(0) == 2.0) return true;
+    return false;
+}
+
+// A Llama-family export (RMSNorm, RoPE, SwiGLU, grouped-query attention): per layer the linear
+// nodes q, k, v, o, gate, up, down in forward order, then the LM head; head_dim and
+// rope_theta come from the rotary inv_freq constant (1, theta^(-2/D), ...).
+DecoderWeights readLlama(const GraphReader& r) {
+    const Graph& g = r.graph();
+    const std::string& where = r.where();
+    DecoderWeights out;
+    DecoderConfig& c = out.config;
+    c.family = Family::Llama;
+    const Tensor* embed = nullptr;
+    for (const Node& n : g.nodes)
+        if (n.op_type == "Gather" && n.inputs.size() == 2 && r.fromGraphInput(n.inputs[1]))
+            if (const Tensor* t = r.constant(n.inputs[0]); t && t->rank() == 2) embed = t;
+    check(embed != nullptr, where + ": no token embedding lookup (Gather of a constant table by the input ids) found");
+    c.vocab = embed->dims()[0], c.hidden = embed->dims()[1];
+    const int64_t H = c.hidden;
+    std::vector<RmsNorm> norms;
+    std::vector<std::tuple<Tensor, Tensor, const Node*>> linears;
+    for (const Node& n : g.nodes) {
+        if (n.op_type == "RMSNormalization" || n.op_type == "SimplifiedLayerNormalization") {
+            const Tensor* w = n.inputs.size() > 1 ? r.constant(n.inputs[1]) : nullptr;
+            check(w && w->numel() == H, where + ": " + n.describe() + ": the scale is not a constant of " + std::to_string(H) + " values");
+            norms.push_back({w, n.attrs.getFloat("epsilon", 1e-5f)});
+        } else if (isRmsNormMean(r, n)) {
+            norms.push_back(decomposedRmsNorm(r, n, H));
+        }
+        Tensor w, b;
+        if (r.linear(n, &w, &b)) linears.emplace_back(std::move(w), std::move(b), &n);
+    }
+    check(norms.size() >= 3 && norms.size() % 2 == 1, where + ": " + std::to_string(norms.size()) + " RMSNorms; a Llama decoder has 2 per layer plus the final one");
+    c.layers = static_cast<int64_t>(norms.size() - 1) / 2;
+    check(static_cast<int64_t>(linears.size()) == 7 * c.layers + 1, where + ": " + std::to_string(linears.size()) + " linear layers with constant weights; " +
+                                                                         std::to_string(c.layers) + " Llama layers and the LM head need " +
+                                                                         std::to_string(7 * c.layers + 1));
+    // Rotary inv_freq: D/2 values from 1 down, each the previous times theta^(-2/D).
+    const Tensor* inv_freq = nullptr;
+    for (const auto& [name, t] : g.initializers) {
+        if (!GraphReader::isFloat(t.dtype()) || t.numel() < 2 || t.numel() > 512 || t.scalarAt(0) != 1.0) continue;
+        const double ratio = t.scalarAt(1);
+        bool geometric = ratio > 0 && ratio < 1;
+        for (int64_t i = 2; i < t.numel() && geometric; ++i) geometric = std::abs(t.scalarAt(i) / std::pow(ratio, i) - 1) < 1e-3;
+        if (geometric) inv_freq = &t;
+    }
+    check(inv_freq != nullptr, where + ": no rotary inv_freq constant (1, theta^(-2/D), ...) found; exports with RoPE scaling are not read");
+    c.head_dim = 2 * inv_freq->numel();
+    c.rope_theta = static_cast<float>(std::pow(inv_freq->scalarAt(1), -static_cast<double>(c.head_dim) / 2));
+    const int64_t Q = std::get<0>(linears[0]).dims()[1], KV = std::get<0>(linears[1]).dims()[1];
+    check(Q % c.head_dim == 0 && KV % c.head_dim == 0 && Q % KV == 0,
+          where + ": q and k projections of " + std::to_string(Q) + " and " + std::to_string(KV) + " outputs do not make heads of " + std::to_string(c.head_dim));
+    c.heads = Q / c.head_dim, c.kv_heads = KV / c.head_dim;
+    c.intermediate = std::get<0>(linears[4]).dims()[1];
+    c.norm_eps = norms[0].eps > 0.f ? norms[0].eps : 1e-5f;
+    c.max_positions = 2048;  // not recorded in the graph (rotary positions have no table)
+    const int64_t I = c.intermediate;
+    auto& w = out.weights;
+    w["model.embed_tokens.weight"] = floatTensor(embed->dims(), toFloats(*embed));
+    const char* names[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+    const Dims shapes[7] = {{H, Q}, {H, KV}, {H, KV}, {Q, H}, {H, I}, {H, I}, {I, H}};  // [in][out]
+    auto feedsSigmoid = [&](const Node* n) {
+        for (const Node* c : r.consumers(n->outputs[0]))
+            if (c->op_type == "Sigmoid") return true;
+        return false;
+    };
+    for (int64_t l = 0; l < c.layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".";
+        w[p + "input_layernorm.weight"] = floatTensor({H}, toFloats(*norms[2 * l].weight));
+        w[p + "post_attention_layernorm.weight"] = floatTensor({H}, toFloats(*norms[2 * l + 1].weight));
+        auto* layer = &linears[7 * l];
+        if (!feedsSigmoid(std::get<2>(layer[4])) && feedsSigmoid(std::get<2>(layer[5]))) std::swap(layer[4], layer[5]);  // up before gate
+        check(feedsSigmoid(std::get<2>(layer[4])), where + ": layer " + std::to_string(l) + ": no gate projection feeding a SiLU (Sigmoid) found");
+        for (int k = 0; k < 7; ++k) {
+            const auto& [weight, bias, node] = layer[k];
+            check(weight.dims() == shapes[k], where + ": layer " + std::to_string(l) + "'s " + names[k] + " weight is " + weight.summary() + ", expected [" +
+                                                  std::to_string(shapes[k][0]) + "," + std::to_string(shapes[k][1]) + "]");
+            for (float v : bias.span<float>())
+                check(v == 0.f, where + ": " + node->describe() + ": a bias on " + names[k] + "; Llama-family layers without biases only");
+            w[p + names[k] + ".weight"] = transposed2d(weight);  // Hugging Face's [out][in]
+        }
+    }
+    w["model.norm.weight"] = floatTensor({H}, toFloats(*norms.back().weight));
+    const Tensor& head = std::get<0>(linears.back());
+    check(head.dims() == Dims{H, c.vocab}, where + ": the LM head " + head.summary() + " is not [hidden, vocab]");
+    w["lm_head.weight"] = transposed2d(head);
+    c.tie_embeddings = false;  // the head is read as its own matrix, tied or not
+    return out;
+}
+
 }  // namespace
 
 DecoderWeights decoderFromOnnxGraph(const Graph& g, const std::string& where) {
     const GraphReader reader(g, where);
     for (const Node& n : g.nodes)
         if (n.op_type == "LayerNormalization") return readGpt2(reader);
-    throw Error(where + ": only GPT-2-style decoders (LayerNormalization, learned positions) are read from ONNX; load Llama-family models from their "
-                        "Hugging Face folder (config.json + model.safetensors)");
+    for (const Node& n : g.nodes)
+        if (n.op_type == "RMSNormalization" || n.op_type == "SimplifiedLayerNormalization" || isRmsNormMean(reader, n)) return readLlama(reader);
+    throw Error(where + ": not a GPT-2-style (LayerNormalization) or Llama-style (RMSNorm) decoder; only those are read from ONNX");
 }
 
 DecoderWeights loadDecoderWeights(const std::filesystem::path& path) {
     namespace fs = std::filesystem;
-    if (path.extension() == ".onnx") return decoderFromOnnxGraph(importOnnxModel(path), path.string());
+    // The graph is read for its structure and weights, not run: newer opsets are fine
+    // (PyTorch's dynamo exporter writes opset 20).
+    if (path.extension() == ".onnx") return decoderFromOnnxGraph(importOnnxModel(path, kReadOnlyMaxOpset), path.string());
     if (!fs::exists(path / "model.safetensors") && fs::exists(path / "model.onnx"))
-        return decoderFromOnnxGraph(importOnnxModel(path / "model.onnx"), (path / "model.onnx").string());
+        return decoderFromOnnxGraph(importOnnxModel(path / "model.onnx", kReadOnlyMaxOpset), (path / "model.onnx").string());
     return {DecoderConfig::load(path / "config.json"), readSafetensors(path / "model.safetensors")};
 }
 

@@ -93,8 +93,12 @@ void checkArity(const Node& n, int64_t opset) {
     const onnx::OpSchema* schema = onnx::OpSchemaRegistry::Schema(n.op_type, static_cast<int>(std::min<int64_t>(opset, 17)), "");
     if (!schema) return;
     const int ins = static_cast<int>(n.inputs.size()), outs = static_cast<int>(n.outputs.size());
-    check(ins >= schema->min_input() && ins <= schema->max_input(), n.describe() + ": has " + std::to_string(ins) + " inputs, the operator takes " +
-                                                                        std::to_string(schema->min_input()) + " to " + std::to_string(schema->max_input()));
+    // The schemas stop at opset 17 (libonnx 1.12); opset 18 moved the Reduce ops' axes (all
+    // but ReduceSum, moved in 13) to an optional second input, which the kernels read.
+    const bool axes_input = opset >= 18 && n.op_type.rfind("Reduce", 0) == 0 && n.op_type != "ReduceSum";
+    const int max_ins = axes_input ? std::max(schema->max_input(), 2) : schema->max_input();
+    check(ins >= schema->min_input() && ins <= max_ins, n.describe() + ": has " + std::to_string(ins) + " inputs, the operator takes " +
+                                                            std::to_string(schema->min_input()) + " to " + std::to_string(max_ins));
     check(outs >= schema->min_output() && outs <= schema->max_output(), n.describe() + ": has " + std::to_string(outs) + " outputs, the operator produces " +
                                                                             std::to_string(schema->min_output()) + " to " + std::to_string(schema->max_output()));
     const auto& formal = schema->inputs();
@@ -155,14 +159,14 @@ Graph convertGraph(const onnx::GraphProto& gp, ImportContext& ctx) {
     return g;
 }
 
-int64_t defaultDomainOpset(const onnx::ModelProto& model, const std::string& file) {
+int64_t defaultDomainOpset(const onnx::ModelProto& model, const std::string& file, int64_t max_opset) {
     int64_t opset = -1;
     for (const auto& imp : model.opset_import())
         if (imp.domain().empty() || imp.domain() == "ai.onnx") opset = imp.version();
     if (opset < 0 && model.ir_version() < 3) opset = 1;  // IR v1/v2 had no opset_import
     check(opset >= 0, file + ": model imports no default-domain opset");
-    check(opset >= kMinOpset && opset <= kMaxOpset,
-          file + ": opset " + std::to_string(opset) + " is not supported (Kiln supports opsets " + std::to_string(kMinOpset) + " to " + std::to_string(kMaxOpset) + ")");
+    check(opset >= kMinOpset && opset <= max_opset,
+          file + ": opset " + std::to_string(opset) + " is not supported (Kiln supports opsets " + std::to_string(kMinOpset) + " to " + std::to_string(max_opset) + ")");
     return opset;
 }
 
@@ -223,7 +227,7 @@ void inferShapes(onnx::ModelProto model, Graph& g) {
 
 }  // namespace
 
-Graph importOnnxModel(const fs::path& path) {
+Graph importOnnxModel(const fs::path& path, int64_t max_opset) {
     const std::string file = path.string();
     check(fs::exists(path), file + ": no such file");
     check(fs::is_regular_file(path), file + ": not a regular file");
@@ -239,7 +243,7 @@ Graph importOnnxModel(const fs::path& path) {
 
     ImportContext ctx;
     ctx.base_dir = path.parent_path();
-    ctx.opset = defaultDomainOpset(model, file);
+    ctx.opset = defaultDomainOpset(model, file, max_opset);
     Graph g;
     try {
         g = convertGraph(model.graph(), ctx);

@@ -2,6 +2,7 @@
 
 #include "onnx_import/importer.h"
 #include "onnx_import/tensor_proto.h"
+#include "runtime/executor.h"
 #include "test_helpers.h"
 
 using namespace kiln;
@@ -72,6 +73,28 @@ TEST(OnnxImport, UnsupportedOpsetIsRefused) {
     addNode(m, "Relu", {"x"}, {"y"});
     saveModel(m, dir / "m.onnx");
     EXPECT_NE(importError(dir / "m.onnx").find("opset 21 is not supported"), std::string::npos);
+}
+
+// Opset 18 moved the Reduce ops' axes to an input: such nodes import (the arity check's
+// schemas stop at opset 17) and reduce over the axes given, not over all of them.
+TEST(OnnxImport, Opset18ReduceAxesInput) {
+    TempDir dir;
+    auto m = makeModel({2, 3, 4}, 18);
+    auto* axes = m.mutable_graph()->add_initializer();
+    axes->set_name("axes"), axes->set_data_type(onnx::TensorProto::INT64), axes->add_dims(1), axes->add_int64_data(1);
+    addNode(m, "ReduceMean", {"x", "axes"}, {"y"});
+    saveModel(m, dir / "m.onnx");
+    Graph g = importOnnxModel(dir / "m.onnx");
+    std::mt19937 rng(5);
+    const Tensor x = randomTensor({2, 3, 4}, rng);
+    const Tensor y = GraphExecutor(g).run({{"x", x}})[0];
+    ASSERT_EQ(y.dims(), (Dims{2, 1, 4}));
+    for (int64_t a = 0; a < 2; ++a)
+        for (int64_t c = 0; c < 4; ++c) {
+            double mean = 0;
+            for (int64_t b = 0; b < 3; ++b) mean += x.data<float>()[(a * 3 + b) * 4 + c] / 3.0;
+            EXPECT_NEAR(y.data<float>()[a * 4 + c], mean, 1e-6);
+        }
 }
 
 TEST(OnnxImport, ExternalDataIsReadAndEscapesAreRefused) {
