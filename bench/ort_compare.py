@@ -80,9 +80,10 @@ def run(model, inputs, batch, threads, duration, kiln, work, rounds):
     a = np.load(os.path.join(out_dir, "output_0.npy")).astype(np.float64)
     b = np.load(os.path.join(work, "ort_output_0.npy")).astype(np.float64)
     rel = float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
-    km, om = float(np.median(kiln_ms)), float(np.median(ort_ms))
-    return {"kiln_median_ms": km, "ort_median_ms": om, "ratio": km / om, "rel_l2": rel, "kiln_rounds_ms": kiln_ms, "ort_rounds_ms": ort_ms,
-            "round_ratios": [a / b for a, b in zip(kiln_ms, ort_ms)]}
+    # The ratio is the median of the rounds' ratios: each pairs runs close in time.
+    ratios = [a / b for a, b in zip(kiln_ms, ort_ms)]
+    return {"kiln_median_ms": float(np.median(kiln_ms)), "ort_median_ms": float(np.median(ort_ms)), "ratio": float(np.median(ratios)), "rel_l2": rel,
+            "kiln_rounds_ms": kiln_ms, "ort_rounds_ms": ort_ms, "round_ratios": ratios}
 
 
 def input_names(model):
