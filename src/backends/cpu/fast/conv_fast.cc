@@ -246,6 +246,37 @@ __attribute__((target("avx2,fma"))) void depthwise3x3PlaneAvx2(float* y, const f
     for (int64_t oh = 1; oh < H - 1; ++oh) at(oh, 0), at(oh, W - 1);
 }
 
+// A 3x3, pad-1 depthwise channel on a small plane (MobileNet's 14- and 7-wide ones, where
+// the flat-plane stencil above leaves a third to most outputs to its scalar border code):
+// the plane is copied into a zero-bordered (H + 2) x (W + 2) buffer and the stencil runs 8
+// outputs at a time along the padded flat index, two wasted columns per row and no bounds
+// checks; stride 2 then keeps every other row and column of the stride-1 result.
+__attribute__((target("avx2,fma"))) void depthwise3x3PaddedPlaneAvx2(float* y, const float* x, const float* wc, int64_t H, int64_t W, int64_t S,
+                                                                      int64_t OH, int64_t OW) {
+    const int64_t Wp = W + 2, n = H * Wp;  // flat outputs: row r, column c at r * Wp + c
+    thread_local std::vector<float> xp, full;
+    xp.assign(static_cast<size_t>((H + 2) * Wp + 16), 0.0f);  // the last vector reads up to 10 past the padded plane
+    full.resize(static_cast<size_t>(n + 8));
+    for (int64_t h = 0; h < H; ++h) std::memcpy(xp.data() + (h + 1) * Wp + 1, x + h * W, static_cast<size_t>(W) * sizeof(float));
+    __m256 w[9];
+    for (int i = 0; i < 9; ++i) w[i] = _mm256_broadcast_ss(wc + i);
+    for (int64_t j = 0; j < n; j += 8) {
+        const float* r = xp.data() + j;
+        __m256 acc = _mm256_mul_ps(w[0], _mm256_loadu_ps(r));
+        acc = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(r + 1), acc);
+        acc = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(r + 2), acc);
+        acc = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(r + Wp), acc);
+        acc = _mm256_fmadd_ps(w[4], _mm256_loadu_ps(r + Wp + 1), acc);
+        acc = _mm256_fmadd_ps(w[5], _mm256_loadu_ps(r + Wp + 2), acc);
+        acc = _mm256_fmadd_ps(w[6], _mm256_loadu_ps(r + 2 * Wp), acc);
+        acc = _mm256_fmadd_ps(w[7], _mm256_loadu_ps(r + 2 * Wp + 1), acc);
+        acc = _mm256_fmadd_ps(w[8], _mm256_loadu_ps(r + 2 * Wp + 2), acc);
+        _mm256_storeu_ps(full.data() + j, acc);
+    }
+    for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) y[oh * OW + ow] = full[static_cast<size_t>(oh * S * Wp + ow * S)];
+}
+
 using DepthwiseRowFn = void (*)(float*, const float* const*, const float*, int64_t, int64_t, int64_t);
 
 DepthwiseRowFn specializedDepthwise(const Conv2d& g) {
@@ -266,12 +297,18 @@ std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
     Tensor y = ctx.output(0, DType::F32, {g.N, g.M, g.OH, g.OW});
     float* py = y.data<float>();
     const DepthwiseRowFn row_kernel = specializedDepthwise(g);
-    // The flat-plane stencil for 3x3 pad-1 convs: at stride 1 directly; at stride 2 on planes
-    // too narrow for the vector rows (under 16 outputs wide), as the stride-1 result at even
-    // rows and columns (4x the arithmetic, all of it in vectors).
+    // Flat-plane stencils for 3x3 pad-1 convs: at stride 1 over the plane itself, or over a
+    // zero-bordered copy (depthwise3x3PaddedPlaneAvx2) for 9- to 16-wide planes; at stride 2
+    // on planes too narrow for the vector rows (under 16 outputs wide) over the copy, as the
+    // stride-1 result at even rows and columns (4x the arithmetic, all of it in vectors).
     const bool pad1 = g.KH == 3 && g.KW == 3 && g.dh == 1 && g.dw == 1 && g.pt == 1 && g.pl == 1 && g.H >= 3 && g.W >= 3 && cpuHasAvx2Fma();
     const bool plane_kernel = pad1 && g.sh == 1 && g.sw == 1 && g.OH == g.H && g.OW == g.W;
     const bool subsampled_plane = pad1 && g.sh == 2 && g.sw == 2 && g.OH == (g.H - 1) / 2 + 1 && g.OW == (g.W - 1) / 2 + 1 && g.OW < 16;
+    // The zero-bordered copy for stride 2 on small planes and for stride 1 on 9- to 16-wide
+    // ones, per channel (2 cores, median of six paired runs): 576 channels 14x14 -> 7x7 at
+    // stride 2 121 -> 82 us; 384 channels 14x14 105 -> 87 us (batch 8: 697 -> 594); but 960
+    // channels 7x7 54 -> 66 us, where the copy costs more than the border code it saves.
+    const bool padded_plane = subsampled_plane || (plane_kernel && g.W > 8 && g.W <= 16);
     const bool specialized = plane_kernel || subsampled_plane || row_kernel;  // else the generic loops
     const std::vector<float> zero_row(static_cast<size_t>(g.W), 0.0f);
     const Tensor* bias = ctx.optionalInput(2);
@@ -284,14 +321,10 @@ std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
         const float* xc = x + nc * g.H * g.W;
         const float* wc = w + c * g.KH * g.KW;
         float* yc = py + nc * plane;
-        if (plane_kernel) {
+        if (padded_plane) {
+            depthwise3x3PaddedPlaneAvx2(yc, xc, wc, g.H, g.W, g.sh, g.OH, g.OW);
+        } else if (plane_kernel) {
             depthwise3x3PlaneAvx2(yc, xc, wc, g.H, g.W);
-        } else if (subsampled_plane) {
-            thread_local std::vector<float> full;
-            full.resize(static_cast<size_t>(g.H * g.W));
-            depthwise3x3PlaneAvx2(full.data(), xc, wc, g.H, g.W);
-            for (int64_t oh = 0; oh < g.OH; ++oh)
-                for (int64_t ow = 0; ow < g.OW; ++ow) yc[oh * g.OW + ow] = full[static_cast<size_t>(2 * oh * g.W + 2 * ow)];
         } else if (row_kernel) {
             const float* rows[5];
             for (int64_t oh = 0; oh < g.OH; ++oh) {
