@@ -130,6 +130,17 @@ TEST(FastBackend, ConvTacticsMatchReference) {
         c.node.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
         expectTacticMatchesReference(c, "winograd");
     }
+    // 1x1 convs over batches of small planes (the images side by side in one sgemm), each epilogue.
+    for (const char* act : {"none", "Clip", "Sigmoid"})
+        for (auto [h, w] : std::vector<std::pair<int64_t, int64_t>>{{7, 7}, {5, 3}})
+            for (const auto& t : fastTactics()) {
+                if (t.op_class != "conv" || (t.name != "gemm" && t.name != "gemm_dnnl")) continue;
+                Case c{node("FusedConv", "kiln"), {randomTensor({3, 20, h, w}, rng), randomTensor({10, 20, 1, 1}, rng), randomTensor({10}, rng)}};
+                c.node.attrs.set("activation", std::string(act));
+                c.node.attrs.set("activation_params", std::vector<float>{-0.5f, 0.5f});
+                if (std::string(act) == "Clip") c.inputs.push_back(randomTensor({3, 10, h, w}, rng));  // residual
+                expectTacticMatchesReference(c, t.name);
+            }
     // 3x3 depthwise at the plane sizes of MobileNets and odd ones: the stride-1 flat-plane
     // stencil (its vector body, its wrapped columns and its top/bottom rows), the stencil over
     // a zero-bordered copy (9- to 16-wide planes at stride 1, narrow ones at stride 2; a last
