@@ -16,6 +16,7 @@ const std::vector<Tactic>& fastTactics() {
     static const std::vector<Tactic> tactics = [] {
         std::vector<Tactic> t;
         addGemmTactics(t);
+        addDepthwiseConvTactics(t);
         addConvTactics(t);
         addWinogradConvTactics(t);
         addFastOpTactics(t);
