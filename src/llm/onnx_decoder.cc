@@ -282,10 +282,13 @@ DecoderWeights readLlama(const GraphReader& r) {
     check(static_cast<int64_t>(linears.size()) == 7 * c.layers + 1, where + ": " + std::to_string(linears.size()) + " linear layers with constant weights; " +
                                                                          std::to_string(c.layers) + " Llama layers and the LM head need " +
                                                                          std::to_string(7 * c.layers + 1));
-    // Rotary inv_freq: D/2 values from 1 down, each the previous times theta^(-2/D).
+    const int64_t Q = std::get<0>(linears[0]).dims()[1], KV = std::get<0>(linears[1]).dims()[1];
+    // Rotary inv_freq: D/2 values from 1 down, each the previous times theta^(-2/D), with D
+    // dividing the q and k widths (the longest such constant, should another one look alike).
     const Tensor* inv_freq = nullptr;
     for (const auto& [name, t] : g.initializers) {
         if (!GraphReader::isFloat(t.dtype()) || t.numel() < 2 || t.numel() > 512 || t.scalarAt(0) != 1.0) continue;
+        if (Q % (2 * t.numel()) != 0 || KV % (2 * t.numel()) != 0 || (inv_freq && inv_freq->numel() >= t.numel())) continue;
         const double ratio = t.scalarAt(1);
         bool geometric = ratio > 0 && ratio < 1;
         for (int64_t i = 2; i < t.numel() && geometric; ++i) geometric = std::abs(t.scalarAt(i) / std::pow(ratio, i) - 1) < 1e-3;
@@ -294,7 +297,6 @@ DecoderWeights readLlama(const GraphReader& r) {
     check(inv_freq != nullptr, where + ": no rotary inv_freq constant (1, theta^(-2/D), ...) found; exports with RoPE scaling are not read");
     c.head_dim = 2 * inv_freq->numel();
     c.rope_theta = static_cast<float>(std::pow(inv_freq->scalarAt(1), -static_cast<double>(c.head_dim) / 2));
-    const int64_t Q = std::get<0>(linears[0]).dims()[1], KV = std::get<0>(linears[1]).dims()[1];
     check(Q % c.head_dim == 0 && KV % c.head_dim == 0 && Q % KV == 0,
           where + ": q and k projections of " + std::to_string(Q) + " and " + std::to_string(KV) + " outputs do not make heads of " + std::to_string(c.head_dim));
     c.heads = Q / c.head_dim, c.kv_heads = KV / c.head_dim;
