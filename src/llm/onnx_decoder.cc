@@ -88,6 +88,11 @@ public:
 
     const Graph& graph() const { return g_; }
     const std::string& where() const { return where_; }
+    // The node writing `value`, or null (graph inputs, initializers).
+    const Node* producer(const std::string& value) const {
+        auto it = producer_.find(value);
+        return it == producer_.end() ? nullptr : &g_.nodes[it->second];
+    }
     // The nodes reading `value`.
     std::vector<const Node*> consumers(const std::string& value) const {
         std::vector<const Node*> out;
@@ -240,12 +245,16 @@ RmsNorm decomposedRmsNorm(const GraphReader& r, const Node& mean, int64_t H) {
     return out;
 }
 
+// An RMSNorm as one node (opset 23's RMSNormalization, ONNX Runtime's fused op).
+bool isRmsNormNode(const Node& n) { return n.op_type == "RMSNormalization" || n.op_type == "SimplifiedLayerNormalization"; }
+
+// The ReduceMean of a decomposed RMSNorm: fed by Pow(x, 2).
 bool isRmsNormMean(const GraphReader& r, const Node& n) {
     if (n.op_type != "ReduceMean") return false;
-    for (const Node& p : r.graph().nodes)  // fed by Pow(x, 2)
-        if (p.op_type == "Pow" && p.outputs[0] == n.inputs[0] && p.inputs.size() == 2)
-            if (const Tensor* e = r.constant(p.inputs[1]); e && e->numel() == 1 && e->scalarAt(0) == 2.0) return true;
-    return false;
+    const Node* p = r.producer(n.inputs[0]);
+    if (!p || p->op_type != "Pow" || p->inputs.size() != 2) return false;
+    const Tensor* e = r.constant(p->inputs[1]);
+    return e && e->numel() == 1 && e->scalarAt(0) == 2.0;
 }
 
 // A Llama-family export (RMSNorm, RoPE, SwiGLU, grouped-query attention): per layer the linear
@@ -267,7 +276,7 @@ DecoderWeights readLlama(const GraphReader& r) {
     std::vector<RmsNorm> norms;
     std::vector<std::tuple<Tensor, Tensor, const Node*>> linears;
     for (const Node& n : g.nodes) {
-        if (n.op_type == "RMSNormalization" || n.op_type == "SimplifiedLayerNormalization") {
+        if (isRmsNormNode(n)) {
             const Tensor* w = n.inputs.size() > 1 ? r.constant(n.inputs[1]) : nullptr;
             check(w && w->numel() == H, where + ": " + n.describe() + ": the scale is not a constant of " + std::to_string(H) + " values");
             norms.push_back({w, n.attrs.getFloat("epsilon", 1e-5f)});
@@ -344,7 +353,7 @@ DecoderWeights decoderFromOnnxGraph(const Graph& g, const std::string& where) {
     for (const Node& n : g.nodes)
         if (n.op_type == "LayerNormalization") return readGpt2(reader);
     for (const Node& n : g.nodes)
-        if (n.op_type == "RMSNormalization" || n.op_type == "SimplifiedLayerNormalization" || isRmsNormMean(reader, n)) return readLlama(reader);
+        if (isRmsNormNode(n) || isRmsNormMean(reader, n)) return readLlama(reader);
     throw Error(where + ": not a GPT-2-style (LayerNormalization) or Llama-style (RMSNorm) decoder; only those are read from ONNX");
 }
 

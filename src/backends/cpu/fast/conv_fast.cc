@@ -45,6 +45,8 @@ bool conv2dGeometry(const KernelContext& ctx, Conv2d* g) {
     return true;
 }
 
+std::vector<Tensor> referenceConv(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
+
 void blockEpilogue(const KernelContext& ctx, const Conv2d& g, Tensor& y, int64_t n, int64_t m0, int64_t mc, int64_t c0, int64_t nc) {
     const Tensor* b = ctx.optionalInput(2);
     const Tensor* z = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;
@@ -67,9 +69,6 @@ void blockEpilogue(const KernelContext& ctx, const Conv2d& g, Tensor& y, int64_t
 namespace {
 
 bool supportsGemmConv(const Node& n, const Graph&) { return conv2dNode(n); }
-
-std::vector<Tensor> fallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
-
 
 // A 1x1 conv over a batch of small planes as one sgemm: the images' inputs side by side as
 // [C][N * P], W x that, then each image's [M][P] back in place with the epilogue. One sgemm
@@ -94,7 +93,7 @@ std::vector<Tensor> foldedPointwise(const KernelContext& ctx, const Conv2d& g, S
 
 std::vector<Tensor> gemmConvWith(const KernelContext& ctx, SgemmFn sgemm) {
     Conv2d g;
-    if (!conv2dGeometry(ctx, &g)) return fallback(ctx);
+    if (!conv2dGeometry(ctx, &g)) return referenceConv(ctx);
     const float* x = ctx.input(0).data<float>();
     const float* w = ctx.input(1).data<float>();
     Tensor y = ctx.output(0, DType::F32, {g.N, g.M, g.OH, g.OW});
