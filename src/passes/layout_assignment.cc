@@ -1,6 +1,18 @@
-// Convolution data layout: with layout.conv=nhwc (or auto on a GPU target), 2-D Conv/FusedConv
-// nodes run on channels-last data: the activation is transposed to NHWC before and back to
-// NCHW after the conv (the node gets data_layout="NHWC"); adjacent transposes cancel afterwards.
+// Convolution data layout (layout.conv):
+// - nhwc: 2-D Conv/FusedConv nodes run on channels-last data: the activation is transposed to
+//   NHWC before and back to NCHW after the conv (the node gets data_layout="NHWC"); adjacent
+//   transposes cancel afterwards.
+// - nchw8c (CPU): conv chains run on channel-blocked activations (channel_blocks.h) with
+//   weights packed at build time, the layout oneDNN's AVX2 convolutions read directly. A
+//   BlockChannels node enters a chain and an UnblockChannels node leaves it only where a
+//   value meets a node outside it, so a CNN's conv stack stays blocked end to end; pooling
+//   on a chain's output joins it (BlockedPool).
+// - auto: nchw8c on the CPU when Kiln has oneDNN (the only kernels that run it fast), else
+//   NCHW.
+#include <map>
+#include <set>
+
+#include "backends/cpu/reference/channel_blocks.h"
 #include "passes/graph_rewrite.h"
 #include "passes/pass.h"
 
@@ -8,9 +20,13 @@ namespace kiln {
 
 namespace {
 
-void assignConvLayout(Graph& g, const RouteValues& route) {
-    const std::string& layout = routeValue(route, "layout.conv");
-    if (layout != "nhwc" && !(layout == "auto" && passTarget(route) == "cuda")) return;
+#ifdef KILN_WITH_DNNL
+constexpr bool kBlockedConvKernels = true;
+#else
+constexpr bool kBlockedConvKernels = false;
+#endif
+
+void assignChannelsLastLayout(Graph& g) {
     std::vector<Node> added;
     for (auto& n : g.nodes) {
         if (n.op_type != "Conv" && n.op_type != "FusedConv") continue;
@@ -43,12 +59,118 @@ void assignConvLayout(Graph& g, const RouteValues& route) {
         it = it->second.dtype == DType::Undefined ? g.value_info.erase(it) : std::next(it);
 }
 
+// The packed weight layout a conv runs with on blocked data, or "" when it cannot: f32
+// constant 2-D weights, explicit pads, and either one group (a plain input when it has fewer
+// than 8 channels, as a first layer does) or depthwise (one filter per channel).
+std::string blockedWeightLayout(const Graph& g, const Node& n) {
+    if ((n.op_type != "Conv" || !n.domain.empty()) && (n.op_type != "FusedConv" || n.domain != "kiln")) return "";
+    if (n.attrs.getString("data_layout", "NCHW") != "NCHW" || n.inputs.size() < 2) return "";
+    const std::string pad = n.attrs.getString("auto_pad", "NOTSET");
+    if (pad != "NOTSET" && pad != "VALID") return "";
+    const Tensor* w = constantOf(g, n.inputs[1]);
+    if (!w || w->dtype() != DType::F32 || w->rank() != 4) return "";
+    if (const ValueInfo* x = g.findValueInfo(n.inputs[0]))
+        if ((x->dtype != DType::Undefined && x->dtype != DType::F32) || (x->shape.rank_known && x->shape.dims.size() != 4)) return "";
+    const int64_t group = n.attrs.getInt("group", 1), out_channels = w->dims()[0], per_group = w->dims()[1];
+    if (group == 1) return per_group < kChannelBlock ? "Ohwi8o" : "OIhw8i8o";
+    return per_group == 1 && out_channels == group ? "Goihw8g" : "";
+}
+
+// A pooling node that can stay in a blocked chain: 2-D windows or global, one output.
+bool blockablePool(const Node& n) {
+    static const std::set<std::string> pools = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"};
+    if (!n.domain.empty() || !pools.count(n.op_type) || (n.outputs.size() > 1 && !n.outputs[1].empty())) return false;
+    return n.op_type.rfind("Global", 0) == 0 || n.attrs.getInts("kernel_shape").size() == 2;
+}
+
+void assignBlockedLayout(Graph& g) {
+    // In graph (topological) order: convs by their weights, pools when their input comes
+    // blocked from a node converted before them.
+    std::map<size_t, std::string> converted;  // node index -> packed weight layout, or "pool"
+    std::map<std::string, int64_t> channels;  // output of a converted node -> its channel count
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const Node& n = g.nodes[i];
+        std::string kind = blockedWeightLayout(g, n);
+        if (!kind.empty()) channels[n.outputs[0]] = constantOf(g, n.inputs[1])->dims()[0];
+        else if (blockablePool(n) && channels.count(n.inputs[0])) kind = "pool", channels[n.outputs[0]] = channels[n.inputs[0]];
+        if (!kind.empty()) converted[i] = kind;
+    }
+    if (converted.empty()) return;
+    // A converted node's output also exists in NCHW (an UnblockChannels node) when anything
+    // but a converted node's blocked input or residual reads it.
+    const GraphIndex index(g);
+    auto readsBlocked = [&](int c, const std::string& v) {
+        const auto it = converted.find(static_cast<size_t>(c));
+        if (it == converted.end()) return false;
+        const Node& n = g.nodes[it->first];
+        for (size_t k = 0; k < n.inputs.size(); ++k)
+            if (n.inputs[k] == v && !((k == 3 && it->second != "pool") || (k == 0 && it->second != "Ohwi8o"))) return false;
+        return true;
+    };
+    std::map<std::string, std::string> blocked;  // NCHW value -> its blocked twin
+    std::map<std::string, std::string> packed;   // weight initializer + layout -> packed initializer
+    std::vector<Node> added;
+    auto blockedValue = [&](const std::string& v) {
+        auto it = blocked.find(v);
+        if (it != blocked.end()) return it->second;
+        const std::string name = freshName(g, v + "_nchw8c");
+        added.push_back(Node{freshName(g, name + "_block"), "BlockChannels", "kiln", {v}, {name}, {}});
+        return blocked[v] = name;
+    };
+    for (const auto& [v, c] : channels) blocked[v] = freshName(g, v + "_nchw8c");
+    for (const auto& [i, kind] : converted) {
+        Node& n = g.nodes[i];
+        const std::string out = n.outputs[0];
+        if (kind == "pool") {
+            n.attrs.set("pool", n.op_type);
+            n.attrs.set("channels", channels.at(out));
+            n.op_type = "BlockedPool";
+            n.inputs[0] = blocked.at(n.inputs[0]);
+        } else {
+            const Tensor& w = *constantOf(g, n.inputs[1]);
+            std::string& pw = packed[n.inputs[1] + "/" + kind];
+            if (pw.empty()) {
+                pw = freshName(g, n.inputs[1] + "_" + kind);
+                g.initializers[pw] = packConvWeights(w, kind);
+            }
+            n.inputs.resize(std::max<size_t>(n.inputs.size(), 3));
+            n.inputs[1] = pw;
+            if (kind != "Ohwi8o") n.inputs[0] = blockedValue(n.inputs[0]);
+            else n.attrs.set("src_layout", std::string("NCHW"));
+            if (n.hasInput(3)) n.inputs[3] = blockedValue(n.inputs[3]);
+            n.op_type = "FusedConv";
+            n.attrs.set("data_layout", std::string("NCHW8c"));
+            n.attrs.set("weight_layout", kind);
+            n.attrs.set("weight_dims", std::vector<int64_t>(w.dims().begin(), w.dims().end()));
+        }
+        n.domain = "kiln";
+        n.outputs.resize(1);
+        n.outputs[0] = blocked.at(out);
+        bool plain_use = index.isGraphOutput(out);
+        for (int c : index.consumers(out)) plain_use = plain_use || !readsBlocked(c, out);
+        if (plain_use) {
+            Node back{freshName(g, out + "_unblock"), "UnblockChannels", "kiln", {n.outputs[0]}, {out}, {}};
+            back.attrs.set("channels", channels.at(out));
+            added.push_back(back);
+        }
+    }
+    for (auto& n : added) g.nodes.push_back(std::move(n));
+}
+
+void assignConvLayout(Graph& g, const RouteValues& route) {
+    const std::string& layout = routeValue(route, "layout.conv");
+    const bool cpu = passTarget(route) == "cpu";
+    if (layout == "nhwc") assignChannelsLastLayout(g);
+    else if (cpu && (layout == "nchw8c" || (layout == "auto" && kBlockedConvKernels))) assignBlockedLayout(g);
+}
+
 }  // namespace
 
 Pass layoutAssignmentPass() {
     return {"layout_assignment",
-            {{"layout.conv", {"nchw", "nhwc", "auto"}, "nchw", "layout_assignment",
-              "Data layout of 2-D convolutions: channels-first, channels-last, or auto (nhwc on GPU targets, nchw on the CPU)"}},
+            {{"layout.conv", {"auto", "nchw", "nhwc", "nchw8c"}, "auto", "layout_assignment",
+              "Data layout of 2-D convolutions: channels-first, channels-last, channel-blocked by 8 (CPU only; packed weights), or auto "
+              "(nchw8c on the CPU with oneDNN, else nchw)"}},
             assignConvLayout};
 }
 

@@ -5,6 +5,7 @@
 #include "backends/cpu/fast/epilogue.h"
 #include "backends/cpu/fast/softmax_row.h"
 #include "backends/cpu/fast/tactics.h"
+#include "backends/cpu/reference/channel_blocks.h"
 #include "runtime/accuracy.h"
 #include "test_helpers.h"
 
@@ -170,6 +171,132 @@ TEST(FastBackend, ConvTacticsMatchReference) {
                 if (std::string(act) == "Clip") c.inputs.push_back(randomTensor({2, 7, oh, ow}, rng));
                 expectTacticMatchesReference(c, "direct");
             }
+}
+
+// The channel-blocked layout's definition: element (n, c, h, w) at [n, c / 8, h, w, c % 8],
+// lanes past C zero; packed weights at the offsets oneDNN's format tags give them. Then the
+// fast reorders and blocked pooling against the reference kernels, which run the plain pool
+// on the unblocked input.
+TEST(FastBackend, ChannelBlockKernelsMatchReference) {
+    std::mt19937 rng(30);
+    const Tensor x = randomTensor({2, 11, 3, 5}, rng);
+    const Tensor y = blockChannels(x);
+    ASSERT_EQ(y.dims(), (Dims{2, 2, 3, 5, 8}));
+    for (int64_t n = 0; n < 2; ++n)
+        for (int64_t c = 0; c < 16; ++c)
+            for (int64_t p = 0; p < 15; ++p)
+                EXPECT_EQ(y.data<float>()[((n * 2 + c / 8) * 15 + p) * 8 + c % 8], c < 11 ? x.data<float>()[(n * 11 + c) * 15 + p] : 0.f);
+    EXPECT_EQ(compareOutputs(unblockChannels(y, 11), x, "x").max_abs, 0.0);
+    const Tensor w = randomTensor({10, 9, 2, 3}, rng), dw = randomTensor({10, 1, 3, 3}, rng);
+    const Tensor oi = packConvWeights(w, "OIhw8i8o"), ohwi = packConvWeights(w, "Ohwi8o"), g = packConvWeights(dw, "Goihw8g");
+    EXPECT_EQ(oi.dims(), (Dims{2, 2, 2, 3, 8, 8}));
+    const float wv = w.data<float>()[((9 * 9 + 8) * 2 + 1) * 3 + 2];  // o = 9, i = 8, h = 1, w = 2
+    EXPECT_EQ(oi.data<float>()[((((1 * 2 + 1) * 2 + 1) * 3 + 2) * 8 + 0) * 8 + 1], wv);
+    EXPECT_EQ(ohwi.data<float>()[(((1 * 2 + 1) * 3 + 2) * 9 + 8) * 8 + 1], wv);
+    EXPECT_EQ(g.data<float>()[((1 * 3 + 2) * 3 + 1) * 8 + 1], dw.data<float>()[(9 * 3 + 2) * 3 + 1]);  // g = 9, h = 2, w = 1
+    EXPECT_EQ(compareOutputs(unpackConvWeights(oi, "OIhw8i8o", w.dims()), w, "w").max_abs, 0.0);
+    EXPECT_EQ(compareOutputs(unpackConvWeights(ohwi, "Ohwi8o", w.dims()), w, "w").max_abs, 0.0);
+    EXPECT_EQ(compareOutputs(unpackConvWeights(g, "Goihw8g", dw.dims()), dw, "w").max_abs, 0.0);
+    for (int64_t C : {3, 8, 20})
+        for (auto [h, w2] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {5, 7}, {1, 1}, {13, 9}}) {
+            expectTacticMatchesReference(Case{node("BlockChannels", "kiln"), {randomTensor({2, C, h, w2}, rng)}}, "fast");
+            Case u{node("UnblockChannels", "kiln"), {blockChannels(randomTensor({2, C, h, w2}, rng))}};
+            u.node.attrs.set("channels", C);
+            expectTacticMatchesReference(u, "fast");
+        }
+    struct Pool {
+        const char* op;
+        std::vector<int64_t> kernel, strides, pads;
+        int64_t ceil;
+    };
+    for (const Pool& p : std::vector<Pool>{{"MaxPool", {3, 3}, {2, 2}, {1, 1, 1, 1}, 0},
+                                           {"MaxPool", {2, 2}, {2, 2}, {0, 0, 0, 0}, 1},
+                                           {"AveragePool", {2, 2}, {1, 1}, {1, 1, 0, 0}, 0},
+                                           {"AveragePool", {3, 3}, {2, 2}, {0, 0, 0, 0}, 1},
+                                           {"GlobalAveragePool", {}, {}, {}, 0},
+                                           {"GlobalMaxPool", {}, {}, {}, 0}}) {
+        Tensor in = randomTensor({2, 12, 7, 9}, rng);
+        if (std::string(p.op) == "MaxPool") in.data<float>()[17] = NAN;  // NaN wins a max window
+        Case c{node("BlockedPool", "kiln"), {blockChannels(in)}};
+        c.node.attrs.set("pool", std::string(p.op));
+        c.node.attrs.set("channels", int64_t{12});
+        if (!p.kernel.empty()) {
+            c.node.attrs.set("kernel_shape", p.kernel);
+            c.node.attrs.set("strides", p.strides);
+            c.node.attrs.set("pads", p.pads);
+            c.node.attrs.set("ceil_mode", p.ceil);
+        }
+        if (std::string(p.op) == "MaxPool") {  // NaN positions must agree; compare the rest
+            const KernelContext ctx{c.node, {&c.inputs[0]}, 17, nullptr};
+            const Tensor want = referenceKernels().find("BlockedPool")(ctx)[0], got = kernelForTactic(c.node, "fast")(ctx)[0];
+            ASSERT_EQ(got.dims(), want.dims());
+            int nans = 0;
+            for (int64_t i = 0; i < want.numel(); ++i) {
+                const float a = got.data<float>()[i], b = want.data<float>()[i];
+                nans += std::isnan(b);
+                EXPECT_TRUE(std::isnan(b) ? std::isnan(a) : a == b) << p.op << " element " << i;
+            }
+            EXPECT_GT(nans, 0);
+        } else {
+            expectTacticMatchesReference(c, "fast");
+        }
+    }
+}
+
+// Channel-blocked convs (layout.conv=nchw8c): the dnnl tactic (when built with oneDNN) and the
+// reference kernel, on blocked inputs and packed weights, against the plain NCHW reference
+// conv of the same node, blocked afterwards (padded lanes must come out zero).
+TEST(FastBackend, BlockedConvMatchesThePlainReference) {
+    std::mt19937 rng(31);
+    struct Geo {
+        int64_t c, m, k, stride, pt, pl, pb, pr, dil, group;
+        const char* act;
+        bool bias, residual;
+    };
+    const std::vector<Geo> geos = {
+        {3, 16, 3, 2, 1, 1, 1, 1, 1, 1, "Clip", true, false},  // a first layer: plain input (Ohwi8o)
+        {5, 13, 3, 1, 1, 0, 1, 2, 1, 1, "Relu", false, true},  // plain input, output not whole blocks, asymmetric pads
+        {12, 12, 3, 1, 1, 1, 1, 1, 1, 12, "none", true, false},  // depthwise (Goihw8g), partial last block
+        {24, 24, 3, 2, 1, 1, 1, 1, 1, 24, "Clip", true, true},   // depthwise, stride 2
+        {16, 20, 1, 1, 0, 0, 0, 0, 1, 1, "none", true, true},    // 1x1 (OIhw8i8o) with a residual
+        {12, 20, 1, 2, 0, 0, 0, 0, 1, 1, "Sigmoid", true, false},
+        {20, 9, 3, 1, 2, 2, 2, 2, 2, 1, "LeakyRelu", true, true},  // dilation 2
+        {8, 8, 5, 1, 2, 1, 2, 0, 1, 1, "Tanh", false, false},
+        {16, 8, 3, 1, 1, 1, 1, 1, 1, 1, "HardSwish", true, false},
+        {16, 8, 3, 1, 1, 1, 1, 1, 1, 1, "Gelu", true, false},
+        {16, 8, 3, 1, 1, 1, 1, 1, 1, 1, "GeluTanh", true, true},
+        {16, 8, 3, 1, 1, 1, 1, 1, 1, 1, "Softplus", true, false},
+    };
+    std::vector<std::string> tactics = {"reference"};
+    for (const auto& t : fastTactics())
+        if (t.name == "dnnl" && t.op_class == "conv") tactics.push_back("dnnl");
+    for (const Geo& geo : geos) {
+        const int64_t N = 2, H = 9, W = 11;
+        const int64_t OH = (H + geo.pt + geo.pb - (geo.k - 1) * geo.dil - 1) / geo.stride + 1, OW = (W + geo.pl + geo.pr - (geo.k - 1) * geo.dil - 1) / geo.stride + 1;
+        const Tensor x = randomTensor({N, geo.c, H, W}, rng), w = randomTensor({geo.m, geo.c / geo.group, geo.k, geo.k}, rng);
+        const Tensor b = geo.bias ? randomTensor({geo.m}, rng) : Tensor{}, z = geo.residual ? randomTensor({N, geo.m, OH, OW}, rng) : Tensor{};
+        Node plain = node("FusedConv", "kiln");
+        plain.attrs.set("strides", std::vector<int64_t>{geo.stride, geo.stride});
+        plain.attrs.set("pads", std::vector<int64_t>{geo.pt, geo.pl, geo.pb, geo.pr});
+        plain.attrs.set("dilations", std::vector<int64_t>{geo.dil, geo.dil});
+        plain.attrs.set("group", geo.group);
+        plain.attrs.set("activation", std::string(geo.act));
+        plain.attrs.set("activation_params", std::string(geo.act) == "LeakyRelu" ? std::vector<float>{0.1f} : std::vector<float>{-0.5f, 0.5f});
+        const Tensor want = blockChannels(referenceKernels().find("FusedConv")(KernelContext{plain, {&x, &w, b.defined() ? &b : nullptr, z.defined() ? &z : nullptr}, 17, nullptr})[0]);
+        const std::string layout = geo.group > 1 ? "Goihw8g" : geo.c < 8 ? "Ohwi8o" : "OIhw8i8o";
+        Node blocked = plain;
+        blocked.attrs.set("data_layout", std::string("NCHW8c"));
+        blocked.attrs.set("weight_layout", layout);
+        blocked.attrs.set("weight_dims", std::vector<int64_t>(w.dims().begin(), w.dims().end()));
+        if (layout == "Ohwi8o") blocked.attrs.set("src_layout", std::string("NCHW"));
+        const Tensor bx = layout == "Ohwi8o" ? x : blockChannels(x), bw = packConvWeights(w, layout), bz = z.defined() ? blockChannels(z) : Tensor{};
+        const KernelContext ctx{blocked, {&bx, &bw, b.defined() ? &b : nullptr, bz.defined() ? &bz : nullptr}, 17, nullptr};
+        for (const auto& tactic : tactics) {
+            const Tensor got = kernelForTactic(blocked, tactic)(ctx)[0];
+            ASSERT_EQ(got.dims(), want.dims()) << tactic;
+            EXPECT_LT(compareOutputs(got, want, "y").rel_l2, 1e-5) << tactic << " " << layout << " " << geo.act << " c" << geo.c << " m" << geo.m << " k" << geo.k;
+        }
+    }
 }
 
 TEST(FastBackend, NormAttentionAndChainTacticsMatchReference) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/cpu/fast/epilogue.h"
+#include "backends/cpu/fast/max_or_nan.h"
 #include "backends/cpu/fast/sgemm.h"
 #include "backends/cpu/fast/softmax_row.h"
 #include "backends/cpu/fast/tactics.h"
@@ -232,15 +233,6 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
         py[i] = v;
     }
     return {y};
-}
-
-// The larger of a and b, or NaN when either is NaN (the reference kernels' MaxPool rule).
-// A compare and a select: std::fmax is a libm call per element and drops NaN.
-inline float maxOrNan(float a, float b) { return (b > a || b != b) ? b : a; }
-
-// maxOrNan over 8 lanes: the max, or NaN where either operand is NaN.
-__attribute__((target("avx2"))) inline __m256 maxOrNan8(__m256 a, __m256 b) {
-    return _mm256_blendv_ps(_mm256_max_ps(a, b), _mm256_add_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
 }
 
 // Outputs [0, n) of one 2x2 / stride-2 row, 8 at a time from rows r0 and r1; returns how

@@ -16,10 +16,12 @@ const std::vector<Tactic>& fastTactics() {
     static const std::vector<Tactic> tactics = [] {
         std::vector<Tactic> t;
         addGemmTactics(t);
+        addBlockedConvTactics(t);
         addDepthwiseConvTactics(t);
         addConvTactics(t);
         addWinogradConvTactics(t);
         addFastOpTactics(t);
+        addChannelBlockTactics(t);
         return t;
     }();
     return tactics;

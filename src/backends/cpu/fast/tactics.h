@@ -37,9 +37,11 @@ int cpuThreads();
 
 // Registration of each kernel file's tactics (listed in tactics.cc).
 void addGemmTactics(std::vector<Tactic>& t);
+void addBlockedConvTactics(std::vector<Tactic>& t);
 void addDepthwiseConvTactics(std::vector<Tactic>& t);
 void addConvTactics(std::vector<Tactic>& t);
 void addWinogradConvTactics(std::vector<Tactic>& t);
 void addFastOpTactics(std::vector<Tactic>& t);
+void addChannelBlockTactics(std::vector<Tactic>& t);
 
 }  // namespace kiln

@@ -1,8 +1,9 @@
 // Kernels of the fused ops passes create (kiln domain): FusedConv, FusedMatMul,
-// Attention and ElementwiseChain. Each is defined as the composition it replaces, so the
+// Attention and ElementwiseChain, and the layout changes BlockChannels / UnblockChannels. Each is defined as the composition it replaces, so the
 // reference stays the specification the fast backends must match.
 #include <cmath>
 
+#include "backends/cpu/reference/channel_blocks.h"
 #include "backends/cpu/reference/kernel_util.h"
 
 namespace kiln {
@@ -22,14 +23,46 @@ Tensor epilogue(const KernelContext& ctx, const Tensor& y, const Tensor* z) {
     });
 }
 
+// data_layout NCHW (default), NHWC, or NCHW8c: blocked activations (channel_blocks.h) with
+// packed weights, unpacked here so that the plain reference conv defines the result.
 std::vector<Tensor> fusedConv(const KernelContext& ctx) {
-    const bool nhwc = ctx.attrs().getString("data_layout", "NCHW") == "NHWC";
-    Tensor x = ctx.input(0);
+    const std::string layout = ctx.attrs().getString("data_layout", "NCHW");
+    const bool nhwc = layout == "NHWC", blocked = layout == "NCHW8c";
+    ctx.require(nhwc || blocked || layout == "NCHW", "unknown data_layout '" + layout + "'");
+    Tensor x = ctx.input(0), w = ctx.input(1), z;
+    if (ctx.hasInput(3)) z = ctx.input(3);
     if (nhwc) x = transposeTensor(x, {0, 3, 1, 2});
-    KernelContext conv_ctx{ctx.node, {&x, ctx.inputs.at(1), ctx.optionalInput(2)}, ctx.opset, nullptr};
+    if (blocked) {
+        const auto dims = ctx.attrs().getInts("weight_dims");
+        ctx.require(dims.size() == 4 && dims[0] > 0 && dims[1] > 0, "NCHW8c conv needs weight_dims [O, I, KH, KW]");
+        const int64_t out_channels = dims[0], in_channels = dims[1] * ctx.attrs().getInt("group", 1);
+        try {
+            if (ctx.attrs().getString("src_layout", "NCHW8c") != "NCHW") x = unblockChannels(x, in_channels);
+            w = unpackConvWeights(w, ctx.attrs().getString("weight_layout", ""), dims);
+            if (z.defined()) z = unblockChannels(z, out_channels);
+        } catch (const Error& e) {
+            ctx.fail(e.what());
+        }
+    }
+    KernelContext conv_ctx{ctx.node, {&x, &w, ctx.optionalInput(2)}, ctx.opset, nullptr};
     Tensor y = convKernel(conv_ctx)[0];
     if (nhwc) y = transposeTensor(y, {0, 2, 3, 1});
-    return {epilogue(ctx, y, ctx.optionalInput(3))};
+    y = epilogue(ctx, y, z.defined() ? &z : nullptr);
+    return {blocked ? blockChannels(y) : y};
+}
+
+// The layout changes at the ends of a channel-blocked conv chain.
+std::vector<Tensor> blockChannelsKernel(const KernelContext& ctx) {
+    ctx.require(ctx.input(0).rank() == 4, "BlockChannels needs a 4-D NCHW input, got " + dimsToString(ctx.input(0).dims()));
+    return {blockChannels(ctx.input(0))};
+}
+
+std::vector<Tensor> unblockChannelsKernel(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const int64_t channels = ctx.attrs().getInt("channels", 0);
+    ctx.require(x.rank() == 5 && x.dims()[4] == kChannelBlock && channels > 0 && channelBlocks(channels) == x.dims()[1],
+                ctx.node.op_type + " of " + std::to_string(channels) + " channels needs a [N, C/8, H, W, 8] input, got " + dimsToString(x.dims()));
+    return {unblockChannels(x, channels)};
 }
 
 std::vector<Tensor> fusedMatMul(const KernelContext& ctx) {
@@ -133,10 +166,25 @@ std::vector<Tensor> elementwiseChain(const KernelContext& ctx) {
     })};
 }
 
+// A pooling node inside a blocked chain: the plain pool ("pool") on the unblocked input.
+std::vector<Tensor> blockedPool(const KernelContext& ctx) {
+    const std::string pool = ctx.attrs().getString("pool", "");
+    ctx.require(pool == "MaxPool" || pool == "AveragePool" || pool == "GlobalAveragePool" || pool == "GlobalMaxPool", "unknown blocked pool '" + pool + "'");
+    const Tensor plain = unblockChannelsKernel(ctx)[0];
+    Node inner = ctx.node;
+    inner.op_type = pool;
+    inner.domain.clear();
+    KernelContext c{inner, {&plain}, ctx.opset, nullptr};
+    return {blockChannels(referenceKernels().find(pool)(c).at(0))};
+}
+
 }  // namespace
 
 void registerFusedKernels(KernelRegistry& r) {
     r.add("FusedConv", fusedConv);
+    r.add("BlockChannels", blockChannelsKernel);
+    r.add("UnblockChannels", unblockChannelsKernel);
+    r.add("BlockedPool", blockedPool);
     r.add("FusedMatMul", fusedMatMul);
     r.add("Attention", attention);
     r.add("ElementwiseChain", elementwiseChain);

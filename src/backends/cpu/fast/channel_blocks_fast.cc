@@ -1,0 +1,219 @@
+// Fast kernels of the channel-blocked layout (channel_blocks.h): the reorders at the ends of a
+// blocked conv chain as 8x8 AVX2 transposes (8 channel planes <-> 8 pixels of 8 lanes),
+// one (image, channel block) per thread; and pooling on blocked data, 8 channels per vector,
+// so that a chain does not leave the layout for a MaxPool or a global average.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cpu/fast/max_or_nan.h"
+#include "backends/cpu/fast/tactics.h"
+#include "backends/cpu/reference/channel_blocks.h"
+#include "backends/cpu/reference/kernel_util.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr int64_t B = kChannelBlock;
+
+bool any(const Node&, const Graph&) { return true; }
+std::vector<Tensor> fallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
+
+__attribute__((target("avx2"))) inline void transpose8x8(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]), t2 = _mm256_unpacklo_ps(r[2], r[3]),
+                 t3 = _mm256_unpackhi_ps(r[2], r[3]), t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]),
+                 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2)),
+                 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2)),
+                 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2)),
+                 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20), r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20), r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31), r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31), r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// One channel block: `lanes` planes of HW floats (planes[l], lanes <= 8) <-> HW pixels of 8
+// floats at `block` (lanes past `lanes` zero when blocking, skipped when unblocking).
+__attribute__((target("avx2"))) void blockPlanesAvx2(float* block, const float* const* planes, int64_t lanes, int64_t HW) {
+    int64_t p = 0;
+    for (; p + B <= HW; p += B) {
+        __m256 r[8];
+        for (int64_t l = 0; l < B; ++l) r[l] = l < lanes ? _mm256_loadu_ps(planes[l] + p) : _mm256_setzero_ps();
+        transpose8x8(r);
+        for (int64_t j = 0; j < B; ++j) _mm256_storeu_ps(block + (p + j) * B, r[j]);
+    }
+    for (; p < HW; ++p)
+        for (int64_t l = 0; l < B; ++l) block[p * B + l] = l < lanes ? planes[l][p] : 0.f;
+}
+
+__attribute__((target("avx2"))) void unblockPlanesAvx2(float* const* planes, const float* block, int64_t lanes, int64_t HW) {
+    int64_t p = 0;
+    for (; p + B <= HW; p += B) {
+        __m256 r[8];
+        for (int64_t j = 0; j < B; ++j) r[j] = _mm256_loadu_ps(block + (p + j) * B);
+        transpose8x8(r);
+        for (int64_t l = 0; l < lanes; ++l) _mm256_storeu_ps(planes[l] + p, r[l]);
+    }
+    for (; p < HW; ++p)
+        for (int64_t l = 0; l < lanes; ++l) planes[l][p] = block[p * B + l];
+}
+
+std::vector<Tensor> fastBlockChannels(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    if (x.dtype() != DType::F32 || x.rank() != 4 || !cpuHasAvx2Fma()) return fallback(ctx);
+    const int64_t N = x.dims()[0], C = x.dims()[1], HW = x.dims()[2] * x.dims()[3], CB = channelBlocks(C);
+    Tensor y = ctx.output(0, DType::F32, {N, CB, x.dims()[2], x.dims()[3], B});
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+#pragma omp parallel for schedule(static) collapse(2) if (x.numel() > 16384)
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t cb = 0; cb < CB; ++cb) {
+            const float* planes[B];
+            const int64_t lanes = std::min(B, C - cb * B);
+            for (int64_t l = 0; l < lanes; ++l) planes[l] = px + (n * C + cb * B + l) * HW;
+            blockPlanesAvx2(py + (n * CB + cb) * HW * B, planes, lanes, HW);
+        }
+    return {y};
+}
+
+std::vector<Tensor> fastUnblockChannels(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const int64_t C = ctx.attrs().getInt("channels", 0);
+    if (x.dtype() != DType::F32 || x.rank() != 5 || x.dims()[4] != B || C <= 0 || channelBlocks(C) != x.dims()[1] || !cpuHasAvx2Fma()) return fallback(ctx);
+    const int64_t N = x.dims()[0], CB = x.dims()[1], HW = x.dims()[2] * x.dims()[3];
+    Tensor y = ctx.output(0, DType::F32, {N, C, x.dims()[2], x.dims()[3]});
+    const float* px = x.data<float>();
+    float* py = y.data<float>();
+#pragma omp parallel for schedule(static) collapse(2) if (x.numel() > 16384)
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t cb = 0; cb < CB; ++cb) {
+            float* planes[B];
+            const int64_t lanes = std::min(B, C - cb * B);
+            for (int64_t l = 0; l < lanes; ++l) planes[l] = py + (n * C + cb * B + l) * HW;
+            unblockPlanesAvx2(planes, px + (n * CB + cb) * HW * B, lanes, HW);
+        }
+    return {y};
+}
+
+// Global pooling of blocked planes: each (image, block) plane of HW pixels to 8 lanes.
+// Averages sum in double, as the reference does (planes can be large).
+void globalPoolBlocked(const float* px, float* py, int64_t planes, int64_t HW, bool max) {
+#pragma omp parallel for schedule(static) if (planes * HW * B > 16384)
+    for (int64_t q = 0; q < planes; ++q) {
+        const float* plane = px + q * HW * B;
+        if (max) {
+            float m[B];
+            for (int64_t l = 0; l < B; ++l) m[l] = -INFINITY;
+            for (int64_t p = 0; p < HW; ++p)
+                for (int64_t l = 0; l < B; ++l) m[l] = maxOrNan(m[l], plane[p * B + l]);
+            for (int64_t l = 0; l < B; ++l) py[q * B + l] = m[l];
+        } else {
+            double sum[B] = {};
+            for (int64_t p = 0; p < HW; ++p)
+#pragma omp simd
+                for (int64_t l = 0; l < B; ++l) sum[l] += plane[p * B + l];
+            for (int64_t l = 0; l < B; ++l) py[q * B + l] = static_cast<float>(sum[l] / static_cast<double>(std::max<int64_t>(HW, 1)));
+        }
+    }
+}
+
+// The windows of one output row of a blocked MaxPool / AveragePool (padding not counted).
+struct PoolWindows {
+    int64_t H, W, OW, KH, KW, sh, sw, dh, dw, pt, pl;
+    bool max;
+
+    template <typename Visit>
+    int64_t window(int64_t oh, int64_t ow, Visit visit) const {  // visits the pixels inside; returns their count
+        int64_t count = 0;
+        for (int64_t i = 0; i < KH; ++i) {
+            const int64_t h = oh * sh - pt + i * dh;
+            if (h < 0 || h >= H) continue;
+            for (int64_t j = 0; j < KW; ++j) {
+                const int64_t w = ow * sw - pl + j * dw;
+                if (w < 0 || w >= W) continue;
+                visit((h * W + w) * B);
+                ++count;
+            }
+        }
+        return count;
+    }
+    void row(float* dst, const float* plane, int64_t oh) const {
+        for (int64_t ow = 0; ow < OW; ++ow) {
+            float acc[B];
+            for (int64_t l = 0; l < B; ++l) acc[l] = max ? -INFINITY : 0.f;
+            const int64_t count = window(oh, ow, [&](int64_t at) {
+                for (int64_t l = 0; l < B; ++l) acc[l] = max ? maxOrNan(acc[l], plane[at + l]) : acc[l] + plane[at + l];
+            });
+            for (int64_t l = 0; l < B; ++l) dst[ow * B + l] = max ? acc[l] : (count ? acc[l] / static_cast<float>(count) : 0.f);
+        }
+    }
+    // The same with one vector per pixel (no lambda: it would not inherit the AVX2 target).
+    __attribute__((target("avx2"))) void rowAvx2(float* dst, const float* plane, int64_t oh) const {
+        for (int64_t ow = 0; ow < OW; ++ow) {
+            __m256 acc = _mm256_set1_ps(max ? -INFINITY : 0.f);
+            int64_t count = 0;
+            for (int64_t i = 0; i < KH; ++i) {
+                const int64_t h = oh * sh - pt + i * dh;
+                if (h < 0 || h >= H) continue;
+                for (int64_t j = 0; j < KW; ++j) {
+                    const int64_t w = ow * sw - pl + j * dw;
+                    if (w < 0 || w >= W) continue;
+                    const __m256 v = _mm256_loadu_ps(plane + (h * W + w) * B);
+                    acc = max ? maxOrNan8(acc, v) : _mm256_add_ps(acc, v);
+                    ++count;
+                }
+            }
+            if (!max) acc = _mm256_mul_ps(acc, _mm256_set1_ps(count ? 1.f / static_cast<float>(count) : 0.f));
+            _mm256_storeu_ps(dst + ow * B, acc);
+        }
+    }
+};
+
+// BlockedPool (attribute "pool": MaxPool, AveragePool, GlobalAveragePool or GlobalMaxPool) on
+// [N, C/8, H, W, 8]: each window's pixels are 8-lane vectors. AveragePool counting the
+// padding takes the reference kernel.
+std::vector<Tensor> fastBlockedPool(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Attributes& a = ctx.attrs();
+    const std::string pool = a.getString("pool", "");
+    if (x.dtype() != DType::F32 || x.rank() != 5 || x.dims()[4] != B || ctx.numOutputs() > 1) return fallback(ctx);
+    const int64_t N = x.dims()[0], CB = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
+    const float* px = x.data<float>();
+    if (pool == "GlobalAveragePool" || pool == "GlobalMaxPool") {
+        Tensor y = ctx.output(0, DType::F32, {N, CB, 1, 1, B});
+        globalPoolBlocked(px, y.data<float>(), N * CB, H * W, pool == "GlobalMaxPool");
+        return {y};
+    }
+    const bool max = pool == "MaxPool";
+    const auto k = a.getInts("kernel_shape");
+    const auto st = a.getInts("strides", {1, 1}), dil = a.getInts("dilations", {1, 1});
+    if ((!max && (pool != "AveragePool" || a.getInt("count_include_pad", 0) != 0)) || k.size() != 2 || st.size() != 2 || dil.size() != 2) return fallback(ctx);
+    const SpatialPads pads = resolvePads(ctx, {H, W}, k, st, dil);
+    const Dims out = poolOutputSpatial(ctx, {H, W}, k, st, dil, pads);
+    const int64_t OH = out[0], OW = out[1];
+    Tensor y = ctx.output(0, DType::F32, {N, CB, OH, OW, B});
+    float* py = y.data<float>();
+    const PoolWindows win{H, W, OW, k[0], k[1], st[0], st[1], dil[0], dil[1], pads.begin[0], pads.begin[1], max};
+    const bool avx2 = cpuHasAvx2Fma();
+#pragma omp parallel for schedule(static) collapse(2) if (N * CB * OH * OW * B > 8192)
+    for (int64_t q = 0; q < N * CB; ++q)
+        for (int64_t oh = 0; oh < OH; ++oh) {
+            const float* plane = px + q * H * W * B;
+            float* row = py + (q * OH + oh) * OW * B;
+            avx2 ? win.rowAvx2(row, plane, oh) : win.row(row, plane, oh);
+        }
+    return {y};
+}
+
+}  // namespace
+
+void addChannelBlockTactics(std::vector<Tactic>& t) {
+    t.push_back({"fast", "data", {"BlockChannels"}, any, fastBlockChannels});
+    t.push_back({"fast", "data", {"UnblockChannels"}, any, fastUnblockChannels});
+    t.push_back({"fast", "pool", {"BlockedPool"}, any, fastBlockedPool});
+}
+
+}  // namespace kiln

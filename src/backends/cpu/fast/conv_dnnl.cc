@@ -1,0 +1,192 @@
+// The "dnnl" conv tactic: channel-blocked (NCHW8c) FusedConv nodes, which the layout pass
+// made with weights packed in oneDNN's AVX2 formats, through oneDNN's JIT convolutions with
+// the bias, the residual (a sum post-op) and the activation fused. oneDNN reads and writes
+// the blocked tensors and the packed weights in place: no reorder runs per call.
+// Primitives are cached per geometry, since building one costs 10-20 us (a MobileNetV2
+// inference has 52 convs). Without oneDNN the tactic does not exist and the reference
+// kernel runs these nodes.
+#include "backends/cpu/fast/tactics.h"
+
+#ifdef KILN_WITH_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+
+#include "backends/cpu/reference/channel_blocks.h"
+
+namespace kiln {
+
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+
+bool blockedConvNode(const Node& n) {
+    return n.op_type == "FusedConv" && n.attrs.getString("data_layout", "NCHW") == "NCHW8c" &&
+           isPackedConvWeightLayout(n.attrs.getString("weight_layout", "")) && n.attrs.getInts("weight_dims").size() == 4;
+}
+
+// The node's activation as a oneDNN eltwise post-op (algorithm, alpha, beta); nullopt for one
+// oneDNN 2.6 does not compute as ONNX defines it (those nodes take the reference kernel).
+struct Eltwise {
+    dnnl::algorithm algorithm;
+    float alpha = 0.f, beta = 0.f;
+};
+std::optional<std::optional<Eltwise>> postOpActivation(const Node& n) {
+    const std::string act = n.attrs.getString("activation", "none");
+    auto p = n.attrs.getFloats("activation_params");
+    p.resize(2, 0.f);
+    using A = dnnl::algorithm;
+    if (act == "none") return std::optional<Eltwise>{};
+    if (act == "Relu") return Eltwise{A::eltwise_relu};
+    if (act == "LeakyRelu") return Eltwise{A::eltwise_relu, p[0]};
+    if (act == "Clip") return Eltwise{A::eltwise_clip, p[0], p[1]};
+    if (act == "Sigmoid") return Eltwise{A::eltwise_logistic};
+    if (act == "Tanh") return Eltwise{A::eltwise_tanh};
+    if (act == "Gelu") return Eltwise{A::eltwise_gelu_erf};
+    if (act == "GeluTanh") return Eltwise{A::eltwise_gelu_tanh};
+    if (act == "HardSwish") return Eltwise{A::eltwise_hardswish};  // x * relu6(x + 3) / 6
+    if (act == "Softplus") return Eltwise{A::eltwise_soft_relu};   // log(1 + e^x)
+    return std::nullopt;
+}
+
+bool supportsBlockedConv(const Node& n, const Graph&) { return blockedConvNode(n) && postOpActivation(n).has_value(); }
+
+// One conv's geometry, read from the node and its input at run time.
+struct BlockedConv {
+    int64_t N, C, H, W, O, KH, KW, OH, OW, group;
+    std::vector<int64_t> strides, dilations, pads;  // pads: top, left, bottom, right
+    bool plain_src, bias, residual;
+    std::string weight_layout;
+
+    std::string key(int threads) const {
+        std::string k = weight_layout + (plain_src ? "/p" : "/b") + (bias ? "B" : "") + (residual ? "Z" : "") + "/t" + std::to_string(threads);
+        for (int64_t v : {N, C, H, W, O, KH, KW, group, strides[0], strides[1], dilations[0], dilations[1], pads[0], pads[1], pads[2], pads[3]})
+            k.append(",").append(std::to_string(v));
+        return k;
+    }
+};
+
+BlockedConv geometry(const KernelContext& ctx) {
+    const Attributes& a = ctx.attrs();
+    const auto wd = a.getInts("weight_dims");
+    BlockedConv g{};
+    g.group = a.getInt("group", 1);
+    g.O = wd[0], g.C = wd[1] * g.group, g.KH = wd[2], g.KW = wd[3];
+    g.plain_src = a.getString("src_layout", "NCHW8c") == "NCHW";
+    g.weight_layout = a.getString("weight_layout", "");
+    const Tensor& x = ctx.input(0);
+    const Dims want = g.plain_src ? Dims{x.rank() ? x.dims()[0] : 0, g.C, -1, -1} : Dims{x.rank() ? x.dims()[0] : 0, channelBlocks(g.C), -1, -1, kChannelBlock};
+    bool ok = x.rank() == want.size();
+    for (size_t i = 0; ok && i < want.size(); ++i) ok = want[i] < 0 || x.dims()[i] == want[i];
+    ctx.require(ok, "input of " + std::string(g.plain_src ? "NCHW" : "NCHW8c") + " conv over " + std::to_string(g.C) + " channels has dims " + dimsToString(x.dims()));
+    g.N = x.dims()[0], g.H = x.dims()[2], g.W = x.dims()[3];
+    g.strides = a.getInts("strides", {1, 1});
+    g.dilations = a.getInts("dilations", {1, 1});
+    g.pads = a.getString("auto_pad", "NOTSET") == "VALID" ? std::vector<int64_t>{0, 0, 0, 0} : a.getInts("pads", {0, 0, 0, 0});
+    ctx.require(g.strides.size() == 2 && g.dilations.size() == 2 && g.pads.size() == 4, "2-D conv needs 2 strides, 2 dilations and 4 pads");
+    g.OH = (g.H + g.pads[0] + g.pads[2] - ((g.KH - 1) * g.dilations[0] + 1)) / g.strides[0] + 1;
+    g.OW = (g.W + g.pads[1] + g.pads[3] - ((g.KW - 1) * g.dilations[1] + 1)) / g.strides[1] + 1;
+    ctx.require(g.OH > 0 && g.OW > 0, "the conv's output would be empty for input " + dimsToString(x.dims()));
+    g.bias = ctx.hasInput(2);
+    g.residual = ctx.hasInput(3);
+    if (g.bias) ctx.require(ctx.input(2).numel() == g.O && ctx.input(2).dtype() == DType::F32, "bias must hold " + std::to_string(g.O) + " f32 values");
+    if (g.residual)
+        ctx.require(ctx.input(3).dims() == Dims{g.N, channelBlocks(g.O), g.OH, g.OW, kChannelBlock} && ctx.input(3).dtype() == DType::F32,
+                    "residual must be the blocked output's shape, got " + dimsToString(ctx.input(3).dims()));
+    return g;
+}
+
+const dnnl::engine& cpuEngine() {
+    static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+    return engine;
+}
+
+struct CachedPrimitive {
+    dnnl::convolution_forward conv;
+    memory::desc src, weights, bias, dst, scratchpad;
+};
+
+CachedPrimitive buildPrimitive(const BlockedConv& g, const Node& node) {
+    const memory::dims src{g.N, g.C, g.H, g.W}, dst{g.N, g.O, g.OH, g.OW};
+    const memory::dims weights = g.weight_layout == "Goihw8g" ? memory::dims{g.group, 1, 1, g.KH, g.KW} : memory::dims{g.O, g.C, g.KH, g.KW};
+    const Tag weight_tag = g.weight_layout == "Goihw8g" ? Tag::Goihw8g : g.weight_layout == "Ohwi8o" ? Tag::Ohwi8o : Tag::OIhw8i8o;
+    CachedPrimitive c;
+    c.src = memory::desc(src, memory::data_type::f32, g.plain_src ? Tag::nchw : Tag::nChw8c);
+    c.weights = memory::desc(weights, memory::data_type::f32, weight_tag);
+    c.bias = memory::desc({g.O}, memory::data_type::f32, Tag::a);
+    c.dst = memory::desc(dst, memory::data_type::f32, Tag::nChw8c);
+    const memory::dims strides{g.strides[0], g.strides[1]}, dilations{g.dilations[0] - 1, g.dilations[1] - 1};
+    const memory::dims pad_l{g.pads[0], g.pads[1]}, pad_r{g.pads[2], g.pads[3]};
+    const auto desc = g.bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, c.src, c.weights,
+                                                               c.bias, c.dst, strides, dilations, pad_l, pad_r)
+                             : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, c.src, c.weights,
+                                                               c.dst, strides, dilations, pad_l, pad_r);
+    dnnl::post_ops ops;
+    if (g.residual) ops.append_sum(1.f);  // act(conv + bias + residual), as FusedConv defines
+    if (const auto act = *postOpActivation(node)) ops.append_eltwise(1.f, act->algorithm, act->alpha, act->beta);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // a buffer per call: safe to run concurrently
+    const dnnl::convolution_forward::primitive_desc pd(desc, attr, cpuEngine());
+    c.conv = dnnl::convolution_forward(pd);
+    c.scratchpad = pd.scratchpad_desc();
+    return c;
+}
+
+const CachedPrimitive& cachedPrimitive(const BlockedConv& g, const Node& node) {
+    static std::mutex mutex;
+    static std::map<std::string, CachedPrimitive> cache;
+    const std::string key = g.key(cpuThreads()) + "/" + node.attrs.getString("activation", "none") + attributeToString(Attribute(node.attrs.getFloats("activation_params")));
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    if (cache.size() >= 4096) cache.clear();  // many geometries (dynamic shapes): start over
+    return cache.emplace(key, buildPrimitive(g, node)).first->second;
+}
+
+std::vector<Tensor> blockedConv(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Tensor& w = ctx.input(1);
+    if (x.dtype() != DType::F32 || w.dtype() != DType::F32) return referenceKernels().find("FusedConv")(ctx);
+    const BlockedConv g = geometry(ctx);
+    const CachedPrimitive* prim = nullptr;
+    try {
+        prim = &cachedPrimitive(g, ctx.node);
+    } catch (const dnnl::error& e) {
+        ctx.fail(std::string("oneDNN cannot build this convolution: ") + e.what());
+    }
+    ctx.require(prim->weights.get_size() == w.byteSize(), "packed weights of " + dimsToString(w.dims()) + " do not match " + g.weight_layout);
+    Tensor y = ctx.output(0, DType::F32, {g.N, channelBlocks(g.O), g.OH, g.OW, kChannelBlock});
+    if (g.residual) std::memcpy(y.raw(), ctx.input(3).raw(), y.byteSize());  // the sum post-op adds what dst holds
+    thread_local std::vector<std::byte> scratch;
+    scratch.resize(prim->scratchpad.get_size());
+    const dnnl::engine& engine = cpuEngine();
+    auto wrap = [&](const memory::desc& d, const void* p) { return memory(d, engine, const_cast<void*>(p)); };
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(prim->src, x.raw())},
+                                            {DNNL_ARG_WEIGHTS, wrap(prim->weights, w.raw())},
+                                            {DNNL_ARG_DST, wrap(prim->dst, y.raw())},
+                                            {DNNL_ARG_SCRATCHPAD, wrap(prim->scratchpad, scratch.data())}};
+    if (g.bias) args.emplace(DNNL_ARG_BIAS, wrap(prim->bias, ctx.input(2).raw()));
+    thread_local dnnl::stream stream(engine);
+    prim->conv.execute(stream, args);
+    stream.wait();
+    return {y};
+}
+
+}  // namespace
+
+void addBlockedConvTactics(std::vector<Tactic>& t) { t.push_back({"dnnl", "conv", {"FusedConv"}, supportsBlockedConv, blockedConv}); }
+
+}  // namespace kiln
+
+#else
+
+namespace kiln {
+void addBlockedConvTactics(std::vector<Tactic>&) {}
+}  // namespace kiln
+
+#endif

@@ -1,0 +1,16 @@
+// The reference kernels' MaxPool rule for the fast pooling kernels: the larger of a and b,
+// or NaN when either is NaN. A compare and a select: std::fmax is a libm call per element
+// and drops NaN.
+#pragma once
+#include <immintrin.h>
+
+namespace kiln {
+
+inline float maxOrNan(float a, float b) { return (b > a || b != b) ? b : a; }
+
+// maxOrNan over 8 lanes.
+__attribute__((target("avx2"))) inline __m256 maxOrNan8(__m256 a, __m256 b) {
+    return _mm256_blendv_ps(_mm256_max_ps(a, b), _mm256_add_ps(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
+}
+
+}  // namespace kiln
