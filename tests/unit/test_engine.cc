@@ -184,12 +184,14 @@ TEST(ExecutionContext, ShapeProfileBoundsInputs) {
 
 // small_cnn's batch is symbolic: without a profile its convs cannot be timed (no cache
 // entries); with one, they are timed on the values the model computes at the opt shape.
+// (NCHW layout: channel-blocked convs have one tactic, so there would be nothing to time.)
 TEST(TimingCache, SymbolicShapesAreTimedAtTheProfileShapes) {
     TempDir dir;
     auto timedEntries = [&](bool with_profile) {
         const std::string path = (dir / (with_profile ? "profile.json" : "none.json")).string();
         TimingCache cache(path);
         Builder b(importOnnxModel(kModels + "/small_cnn/model.onnx"), "");
+        b.setBuildRoute(BuildRoute::parse("layout.conv=nchw", Builder::space()));
         if (with_profile) b.setShapeProfile({{"x", ShapeRange{{1, 3, 32, 32}, {2, 3, 32, 32}, {4, 3, 32, 32}}}});
         b.setTimingCache(&cache);
         Engine e = b.build();
@@ -215,7 +217,8 @@ TEST(TimingCache, SymbolicShapesAreTimedAtTheProfileShapes) {
 TEST(TimingCache, SecondBuildReusesTheTimedTactics) {
     TempDir dir;
     const std::string path = (dir / "timing.json").string();
-    // MobileNetV2's depthwise convs have two tactics to time.
+    // MobileNetV2's depthwise convs have two tactics to time in the NCHW layout.
+    const BuildRoute nchw = BuildRoute::parse("layout.conv=nchw", Builder::space());
     const std::string mobilenet = std::string(KILN_SHARED_DIR) + "/models/mobilenet_v2/model.onnx";
     if (!std::filesystem::exists(mobilenet)) GTEST_SKIP() << mobilenet << " not present";
     Graph model = importOnnxModel(mobilenet);
@@ -224,6 +227,7 @@ TEST(TimingCache, SecondBuildReusesTheTimedTactics) {
     {
         TimingCache cache(path);
         Builder b(model, "");
+        b.setBuildRoute(nchw);
         b.setTimingCache(&cache);
         first = b.build().tactics;
         cache.save();
@@ -231,6 +235,7 @@ TEST(TimingCache, SecondBuildReusesTheTimedTactics) {
     }
     TimingCache again(path);
     Builder b(model, "");
+    b.setBuildRoute(nchw);
     b.setTimingCache(&again);
     EXPECT_EQ(b.build().tactics, first);
     EXPECT_GT(again.hits(), first_hits);  // every timed node now comes from the file

@@ -340,6 +340,71 @@ TEST(Passes, Gpt2OnCudaKeepsNoTransposeAndOneAdd) {
     EXPECT_GT(std::count(ops.begin(), ops.end(), std::string("Attention")), 0);
 }
 
+// layout.conv=nchw8c: a CNN's convs and pools run channel-blocked, entering through no
+// BlockChannels node (the first conv reads its 3-channel NCHW input directly) and leaving
+// only where a plain node or a graph output reads a value. The optimized graph on the
+// reference kernels and as an engine (dnnl conv tactic, fast reorders and pools) gives the
+// unoptimized graph's outputs; layout.conv=nchw, and auto on the GPU target, block nothing.
+TEST(Passes, ChannelBlockedConvChainsMatchTheReference) {
+    std::mt19937 rng(12);
+    Graph g = withInput({2, 3, 13, 11});
+    auto attrs = [](std::vector<std::pair<std::string, std::vector<int64_t>>> ints) {
+        Attributes a;
+        for (auto& [k, v] : ints) a.set(k, v);
+        return a;
+    };
+    g.initializers["w1"] = randomTensor({12, 3, 3, 3}, rng);
+    g.initializers["b1"] = randomTensor({12}, rng);
+    g.initializers["w2"] = randomTensor({12, 1, 3, 3}, rng);
+    g.initializers["w3"] = randomTensor({20, 12, 1, 1}, rng);
+    g.initializers["b3"] = randomTensor({20}, rng);
+    g.initializers["w4"] = randomTensor({20, 12, 1, 1}, rng);
+    g.initializers["w5"] = randomTensor({16, 20, 3, 3}, rng);
+    Attributes dw = attrs({{"pads", {1, 1, 1, 1}}, {"strides", {2, 2}}});
+    dw.set("group", int64_t{12});
+    Attributes avg = attrs({{"kernel_shape", {2, 2}}, {"pads", {1, 1, 0, 0}}});
+    g.nodes = {Node{"c1", "Conv", "", {"x", "w1", "b1"}, {"c1"}, attrs({{"pads", {1, 1, 1, 1}}})},
+               Node{"r1", "Relu", "", {"c1"}, {"r1"}, {}},
+               Node{"c2", "Conv", "", {"r1", "w2"}, {"c2"}, dw},  // depthwise, 7x6 out
+               Node{"c3", "Conv", "", {"c2", "w3", "b3"}, {"c3"}, {}},
+               Node{"c4", "Conv", "", {"c2", "w4"}, {"c4"}, {}},
+               Node{"add", "Add", "", {"c3", "c4"}, {"a"}, {}},  // joins c3 or c4 as its residual
+               Node{"mp", "MaxPool", "", {"a"}, {"m"}, attrs({{"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}})},
+               Node{"c5", "Conv", "", {"m", "w5"}, {"c5"}, attrs({{"pads", {2, 2, 2, 2}}, {"dilations", {2, 2}}})},
+               Node{"gap", "GlobalAveragePool", "", {"c5"}, {"y1"}, {}},
+               Node{"tanh", "Tanh", "", {"c2"}, {"y2"}, {}},  // a plain reader of a blocked value
+               Node{"avg", "AveragePool", "", {"c5"}, {"y3"}, avg}};
+    g.value_info["c3"] = {"c3", DType::F32, Shape::fromDims({2, 20, 7, 6})};
+    g.value_info["c4"] = {"c4", DType::F32, Shape::fromDims({2, 20, 7, 6})};
+    g.outputs = {{"y1", DType::F32, {}}, {"y2", DType::F32, {}}, {"y3", DType::F32, {}}};
+    BuildRoute route = BuildRoute::parse("layout.conv=nchw8c", Builder::space());
+    const Graph after = optimizeGraph(g, route.values());
+    std::map<std::string, int> count;
+    for (const auto& n : after.nodes) {
+        ++count[n.op_type];
+        if (n.op_type == "FusedConv") EXPECT_EQ(n.attrs.getString("data_layout", ""), "NCHW8c") << n.name;
+    }
+    EXPECT_EQ(count["FusedConv"], 5);
+    EXPECT_EQ(count["BlockedPool"], 3);
+    EXPECT_EQ(count["BlockChannels"], 0);
+    EXPECT_EQ(count["UnblockChannels"], 3);  // y1, y3 and Tanh's input
+    expectSameOutputs(g, after, {2, 3, 13, 11});
+    TensorMap in = {{"x", randomTensor({2, 3, 13, 11}, rng)}};
+    const auto want = GraphExecutor(g).run(in);
+    Builder b(g, "");
+    b.setBuildRoute(route);
+    Engine e = b.build();
+    ExecutionContext ctx(e);
+    ctx.run(in);
+    const auto got = ctx.run(in);  // in the planned arena
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_LT(compareOutputs(got[i], want[i], "y").rel_l2, 1e-5) << i;
+    RouteValues nchw = BuildRoute::parse("layout.conv=nchw", Builder::space()).values(), cuda = defaults();
+    cuda[kTargetKey] = "cuda";
+    for (const RouteValues& values : {nchw, cuda})
+        for (const auto& n : optimizeGraph(g, values).nodes) EXPECT_NE(n.op_type, "BlockedPool") << routeValue(values, "layout.conv");
+}
+
 TEST(Passes, ElementwiseChainAndDeadCode) {
     Graph g = withInput({4, 3});
     scalar(g, "two", 2.0f);
