@@ -151,15 +151,37 @@ struct PoolWindows {
         }
     }
     // The same with one vector per pixel (no lambda: it would not inherit the AVX2 target).
+    // Where four neighbouring windows lie inside the plane they go together, four independent
+    // chains of max/add: one window's chain alone waits on each step's latency.
     __attribute__((target("avx2"))) void rowAvx2(float* dst, const float* plane, int64_t oh) const {
-        for (int64_t ow = 0; ow < OW; ++ow) {
+        const int64_t h0 = oh * sh - pt;
+        const bool rows_inside = h0 >= 0 && h0 + (KH - 1) * dh < H;
+        int64_t ow = 0;
+        while (ow < OW) {
+            const int64_t w0 = ow * sw - pl;
+            if (rows_inside && ow + 4 <= OW && w0 >= 0 && (ow + 3) * sw - pl + (KW - 1) * dw < W) {
+                __m256 acc[4];
+                for (auto& a : acc) a = _mm256_set1_ps(max ? -INFINITY : 0.f);
+                for (int64_t i = 0; i < KH; ++i)
+                    for (int64_t j = 0; j < KW; ++j) {
+                        const float* p = plane + ((h0 + i * dh) * W + w0 + j * dw) * B;
+                        for (int64_t u = 0; u < 4; ++u) {
+                            const __m256 v = _mm256_loadu_ps(p + u * sw * B);
+                            acc[u] = max ? maxOrNan8(acc[u], v) : _mm256_add_ps(acc[u], v);
+                        }
+                    }
+                const __m256 scale = _mm256_set1_ps(1.f / static_cast<float>(KH * KW));
+                for (int64_t u = 0; u < 4; ++u) _mm256_storeu_ps(dst + (ow + u) * B, max ? acc[u] : _mm256_mul_ps(acc[u], scale));
+                ow += 4;
+                continue;
+            }
             __m256 acc = _mm256_set1_ps(max ? -INFINITY : 0.f);
             int64_t count = 0;
             for (int64_t i = 0; i < KH; ++i) {
-                const int64_t h = oh * sh - pt + i * dh;
+                const int64_t h = h0 + i * dh;
                 if (h < 0 || h >= H) continue;
                 for (int64_t j = 0; j < KW; ++j) {
-                    const int64_t w = ow * sw - pl + j * dw;
+                    const int64_t w = w0 + j * dw;
                     if (w < 0 || w >= W) continue;
                     const __m256 v = _mm256_loadu_ps(plane + (h * W + w) * B);
                     acc = max ? maxOrNan8(acc, v) : _mm256_add_ps(acc, v);
@@ -168,6 +190,7 @@ struct PoolWindows {
             }
             if (!max) acc = _mm256_mul_ps(acc, _mm256_set1_ps(count ? 1.f / static_cast<float>(count) : 0.f));
             _mm256_storeu_ps(dst + ow * B, acc);
+            ++ow;
         }
     }
 };
