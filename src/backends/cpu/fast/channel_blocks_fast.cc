@@ -101,7 +101,7 @@ std::vector<Tensor> fastUnblockChannels(const KernelContext& ctx) {
 // Global pooling of blocked planes: each (image, block) plane of HW pixels to 8 lanes.
 // Averages sum in double, as the reference does (planes can be large).
 void globalPoolBlocked(const float* px, float* py, int64_t planes, int64_t HW, bool max) {
-#pragma omp parallel for schedule(static) if (planes * HW * B > 16384)
+#pragma omp parallel for schedule(static) if (planes * HW * B > 4096)
     for (int64_t q = 0; q < planes; ++q) {
         const float* plane = px + q * HW * B;
         if (max) {
@@ -221,7 +221,7 @@ std::vector<Tensor> fastBlockedPool(const KernelContext& ctx) {
     float* py = y.data<float>();
     const PoolWindows win{H, W, OW, k[0], k[1], st[0], st[1], dil[0], dil[1], pads.begin[0], pads.begin[1], max};
     const bool avx2 = cpuHasAvx2Fma();
-#pragma omp parallel for schedule(static) collapse(2) if (N * CB * OH * OW * B > 8192)
+#pragma omp parallel for schedule(static) collapse(2) if (N * CB * OH * OW * B > 2048)
     for (int64_t q = 0; q < N * CB; ++q)
         for (int64_t oh = 0; oh < OH; ++oh) {
             const float* plane = px + q * H * W * B;

@@ -10,6 +10,7 @@
 #ifdef KILN_WITH_DNNL
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <array>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -62,11 +63,18 @@ struct BlockedConv {
     bool plain_src, bias, residual;
     std::string weight_layout;
 
-    std::string key(int threads) const {
-        std::string k = weight_layout + (plain_src ? "/p" : "/b") + (bias ? "B" : "") + (residual ? "Z" : "") + "/t" + std::to_string(threads);
-        for (int64_t v : {N, C, H, W, O, KH, KW, group, strides[0], strides[1], dilations[0], dilations[1], pads[0], pads[1], pads[2], pads[3]})
-            k.append(",").append(std::to_string(v));
-        return k;
+    // What a primitive depends on, as numbers (cheap to build and compare on every call):
+    // the geometry, the layouts, the fused inputs, the activation and the thread count.
+    using Key = std::array<int64_t, 24>;
+    Key key(const Node& node, int threads) const {
+        const auto act = postOpActivation(node);
+        const Eltwise e = act && *act ? **act : Eltwise{dnnl::algorithm::undef};
+        float ab[2] = {e.alpha, e.beta};
+        int64_t bits = 0;
+        std::memcpy(&bits, ab, sizeof(bits));
+        const int64_t layout = weight_layout == "Goihw8g" ? 0 : weight_layout == "Ohwi8o" ? 1 : 2;
+        return {N, C, H, W, O, KH, KW, group, strides[0], strides[1], dilations[0], dilations[1], pads[0], pads[1], pads[2], pads[3],
+                layout, plain_src, bias, residual, static_cast<int64_t>(e.algorithm), bits, threads, 0};
     }
 };
 
@@ -139,8 +147,8 @@ CachedPrimitive buildPrimitive(const BlockedConv& g, const Node& node) {
 
 const CachedPrimitive& cachedPrimitive(const BlockedConv& g, const Node& node) {
     static std::mutex mutex;
-    static std::map<std::string, CachedPrimitive> cache;
-    const std::string key = g.key(cpuThreads()) + "/" + node.attrs.getString("activation", "none") + attributeToString(Attribute(node.attrs.getFloats("activation_params")));
+    static std::map<BlockedConv::Key, CachedPrimitive> cache;
+    const BlockedConv::Key key = g.key(node, cpuThreads());
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;

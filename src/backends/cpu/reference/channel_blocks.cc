@@ -57,40 +57,42 @@ void withElementType(DType dtype, F f) {
 
 bool isPackedConvWeightLayout(const std::string& layout) { return layout == "OIhw8i8o" || layout == "Ohwi8o" || layout == "Goihw8g"; }
 
-Tensor blockChannels(const Tensor& x) {
-    check(x.rank() == 4, "blockChannels: the input must be 4-D NCHW, got " + dimsToString(x.dims()));
-    const int64_t N = x.dims()[0], C = x.dims()[1], HW = x.dims()[2] * x.dims()[3], CB = channelBlocks(C);
-    Tensor y(x.dtype(), {N, CB, x.dims()[2], x.dims()[3], kChannelBlock});  // zero-filled: the padded lanes
-    withElementType(x.dtype(), [&](auto tag) {
+namespace {
+
+// Copies `from` into `to`: NCHW [N, C, HW] into blocked [N, C/8, HW, 8] when `to_blocked`,
+// else back. Padded lanes are left as they are.
+void moveChannels(const Tensor& from, Tensor& to, int64_t N, int64_t C, int64_t HW, bool to_blocked) {
+    const int64_t CB = channelBlocks(C);
+    withElementType(from.dtype(), [&](auto tag) {
         using T = decltype(tag);
-        const T* src = reinterpret_cast<const T*>(x.raw());
-        T* dst = reinterpret_cast<T*>(y.raw());
+        const T* src = reinterpret_cast<const T*>(from.raw());
+        T* dst = reinterpret_cast<T*>(to.raw());
         for (int64_t n = 0; n < N; ++n)
             for (int64_t c = 0; c < C; ++c) {
-                const T* from = src + (n * C + c) * HW;
-                T* to = dst + (n * CB + c / kChannelBlock) * HW * kChannelBlock + c % kChannelBlock;
-                for (int64_t p = 0; p < HW; ++p) to[p * kChannelBlock] = from[p];
+                const int64_t plain = (n * C + c) * HW, blocked = (n * CB + c / kChannelBlock) * HW * kChannelBlock + c % kChannelBlock;
+                for (int64_t p = 0; p < HW; ++p) {
+                    if (to_blocked) dst[blocked + p * kChannelBlock] = src[plain + p];
+                    else dst[plain + p] = src[blocked + p * kChannelBlock];
+                }
             }
     });
+}
+
+}  // namespace
+
+Tensor blockChannels(const Tensor& x) {
+    check(x.rank() == 4, "blockChannels: the input must be 4-D NCHW, got " + dimsToString(x.dims()));
+    Tensor y(x.dtype(), {x.dims()[0], channelBlocks(x.dims()[1]), x.dims()[2], x.dims()[3], kChannelBlock});  // zero-filled: the padded lanes
+    moveChannels(x, y, x.dims()[0], x.dims()[1], x.dims()[2] * x.dims()[3], true);
     return y;
 }
 
 Tensor unblockChannels(const Tensor& x, int64_t channels) {
     check(x.rank() == 5 && x.dims()[4] == kChannelBlock, "unblockChannels: the input must be [N, C/8, H, W, 8], got " + dimsToString(x.dims()));
-    const int64_t N = x.dims()[0], CB = x.dims()[1], HW = x.dims()[2] * x.dims()[3], C = channels;
-    check(C > 0 && channelBlocks(C) == CB, "unblockChannels: " + std::to_string(C) + " channels do not fill " + std::to_string(CB) + " blocks of 8");
-    Tensor y = Tensor::uninitialized(x.dtype(), {N, C, x.dims()[2], x.dims()[3]});
-    withElementType(x.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        const T* src = reinterpret_cast<const T*>(x.raw());
-        T* dst = reinterpret_cast<T*>(y.raw());
-        for (int64_t n = 0; n < N; ++n)
-            for (int64_t c = 0; c < C; ++c) {
-                const T* from = src + (n * CB + c / kChannelBlock) * HW * kChannelBlock + c % kChannelBlock;
-                T* to = dst + (n * C + c) * HW;
-                for (int64_t p = 0; p < HW; ++p) to[p] = from[p * kChannelBlock];
-            }
-    });
+    check(channels > 0 && channelBlocks(channels) == x.dims()[1],
+          "unblockChannels: " + std::to_string(channels) + " channels do not fill " + std::to_string(x.dims()[1]) + " blocks of 8");
+    Tensor y = Tensor::uninitialized(x.dtype(), {x.dims()[0], channels, x.dims()[2], x.dims()[3]});
+    moveChannels(x, y, x.dims()[0], channels, x.dims()[2] * x.dims()[3], false);
     return y;
 }
 
