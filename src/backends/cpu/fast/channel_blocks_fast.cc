@@ -18,9 +18,6 @@ namespace {
 
 constexpr int64_t B = kChannelBlock;
 
-bool any(const Node&, const Graph&) { return true; }
-std::vector<Tensor> fallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
-
 __attribute__((target("avx2"))) inline void transpose8x8(__m256 r[8]) {
     const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]), t2 = _mm256_unpacklo_ps(r[2], r[3]),
                  t3 = _mm256_unpackhi_ps(r[2], r[3]), t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]),
@@ -63,7 +60,7 @@ __attribute__((target("avx2"))) void unblockPlanesAvx2(float* const* planes, con
 
 std::vector<Tensor> fastBlockChannels(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    if (x.dtype() != DType::F32 || x.rank() != 4 || !cpuHasAvx2Fma()) return fallback(ctx);
+    if (x.dtype() != DType::F32 || x.rank() != 4 || !cpuHasAvx2Fma()) return referenceFallback(ctx);
     const int64_t N = x.dims()[0], C = x.dims()[1], HW = x.dims()[2] * x.dims()[3], CB = channelBlocks(C);
     Tensor y = ctx.output(0, DType::F32, {N, CB, x.dims()[2], x.dims()[3], B});
     const float* px = x.data<float>();
@@ -82,7 +79,7 @@ std::vector<Tensor> fastBlockChannels(const KernelContext& ctx) {
 std::vector<Tensor> fastUnblockChannels(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const int64_t C = ctx.attrs().getInt("channels", 0);
-    if (x.dtype() != DType::F32 || x.rank() != 5 || x.dims()[4] != B || C <= 0 || channelBlocks(C) != x.dims()[1] || !cpuHasAvx2Fma()) return fallback(ctx);
+    if (x.dtype() != DType::F32 || x.rank() != 5 || x.dims()[4] != B || C <= 0 || channelBlocks(C) != x.dims()[1] || !cpuHasAvx2Fma()) return referenceFallback(ctx);
     const int64_t N = x.dims()[0], CB = x.dims()[1], HW = x.dims()[2] * x.dims()[3];
     Tensor y = ctx.output(0, DType::F32, {N, C, x.dims()[2], x.dims()[3]});
     const float* px = x.data<float>();
@@ -202,7 +199,7 @@ std::vector<Tensor> fastBlockedPool(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const Attributes& a = ctx.attrs();
     const std::string pool = a.getString("pool", "");
-    if (x.dtype() != DType::F32 || x.rank() != 5 || x.dims()[4] != B || ctx.numOutputs() > 1) return fallback(ctx);
+    if (x.dtype() != DType::F32 || x.rank() != 5 || x.dims()[4] != B || ctx.numOutputs() > 1) return referenceFallback(ctx);
     const int64_t N = x.dims()[0], CB = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
     const float* px = x.data<float>();
     if (pool == "GlobalAveragePool" || pool == "GlobalMaxPool") {
@@ -213,7 +210,7 @@ std::vector<Tensor> fastBlockedPool(const KernelContext& ctx) {
     const bool max = pool == "MaxPool";
     const auto k = a.getInts("kernel_shape");
     const auto st = a.getInts("strides", {1, 1}), dil = a.getInts("dilations", {1, 1});
-    if ((!max && (pool != "AveragePool" || a.getInt("count_include_pad", 0) != 0)) || k.size() != 2 || st.size() != 2 || dil.size() != 2) return fallback(ctx);
+    if ((!max && (pool != "AveragePool" || a.getInt("count_include_pad", 0) != 0)) || k.size() != 2 || st.size() != 2 || dil.size() != 2) return referenceFallback(ctx);
     const SpatialPads pads = resolvePads(ctx, {H, W}, k, st, dil);
     const Dims out = poolOutputSpatial(ctx, {H, W}, k, st, dil, pads);
     const int64_t OH = out[0], OW = out[1];
@@ -234,9 +231,9 @@ std::vector<Tensor> fastBlockedPool(const KernelContext& ctx) {
 }  // namespace
 
 void addChannelBlockTactics(std::vector<Tactic>& t) {
-    t.push_back({"fast", "data", {"BlockChannels"}, any, fastBlockChannels});
-    t.push_back({"fast", "data", {"UnblockChannels"}, any, fastUnblockChannels});
-    t.push_back({"fast", "pool", {"BlockedPool"}, any, fastBlockedPool});
+    t.push_back({"fast", "data", {"BlockChannels"}, supportsAnyNode, fastBlockChannels});
+    t.push_back({"fast", "data", {"UnblockChannels"}, supportsAnyNode, fastUnblockChannels});
+    t.push_back({"fast", "pool", {"BlockedPool"}, supportsAnyNode, fastBlockedPool});
 }
 
 }  // namespace kiln

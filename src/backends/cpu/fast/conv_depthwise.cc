@@ -209,7 +209,7 @@ DepthwiseRowFn specializedDepthwise(const Conv2d& g) {
 
 std::vector<Tensor> depthwiseConv(const KernelContext& ctx) {
     Conv2d g;
-    if (!conv2dGeometry(ctx, &g) || g.group != g.C || g.M != g.C) return referenceConv(ctx);
+    if (!conv2dGeometry(ctx, &g) || g.group != g.C || g.M != g.C) return referenceFallback(ctx);
     const float* x = ctx.input(0).data<float>();
     const float* w = ctx.input(1).data<float>();
     Tensor y = ctx.output(0, DType::F32, {g.N, g.M, g.OH, g.OW});

@@ -45,8 +45,6 @@ bool conv2dGeometry(const KernelContext& ctx, Conv2d* g) {
     return true;
 }
 
-std::vector<Tensor> referenceConv(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
-
 void blockEpilogue(const KernelContext& ctx, const Conv2d& g, Tensor& y, int64_t n, int64_t m0, int64_t mc, int64_t c0, int64_t nc) {
     const Tensor* b = ctx.optionalInput(2);
     const Tensor* z = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;
@@ -93,7 +91,7 @@ std::vector<Tensor> foldedPointwise(const KernelContext& ctx, const Conv2d& g, S
 
 std::vector<Tensor> gemmConvWith(const KernelContext& ctx, SgemmFn sgemm) {
     Conv2d g;
-    if (!conv2dGeometry(ctx, &g)) return referenceConv(ctx);
+    if (!conv2dGeometry(ctx, &g)) return referenceFallback(ctx);
     const float* x = ctx.input(0).data<float>();
     const float* w = ctx.input(1).data<float>();
     Tensor y = ctx.output(0, DType::F32, {g.N, g.M, g.OH, g.OW});

@@ -60,7 +60,7 @@ void transformInput(const float (&d)[4][4], float* v, int64_t stride) {
 std::vector<Tensor> winogradConv(const KernelContext& ctx) {
     Conv2d g;
     if (!conv2dGeometry(ctx, &g) || g.KH != 3 || g.KW != 3 || g.group != 1 || g.sh != 1 || g.sw != 1 || g.dh != 1 || g.dw != 1)
-        return referenceConv(ctx);
+        return referenceFallback(ctx);
     const int64_t N = g.N, C = g.C, H = g.H, W = g.W, M = g.M, OH = g.OH, OW = g.OW, pt = g.pt, pl = g.pl;
     const Tensor* b = ctx.optionalInput(2);
     const Tensor* z = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;

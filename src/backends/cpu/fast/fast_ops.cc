@@ -16,9 +16,6 @@ namespace kiln {
 
 namespace {
 
-std::vector<Tensor> fallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
-bool any(const Node&, const Graph&) { return true; }
-
 // In-place softmax of `rows` rows of `len` floats.
 void softmaxRows(float* p, int64_t rows, int64_t len) {
 #pragma omp parallel for schedule(static) if (rows * len > 16384)
@@ -30,7 +27,7 @@ std::vector<Tensor> fastSoftmax(const KernelContext& ctx) {
     const int64_t rank = static_cast<int64_t>(x.rank());
     int64_t axis = ctx.attrs().getInt("axis", ctx.opset < 13 ? 1 : -1);
     if (axis < 0) axis += rank;
-    if (x.dtype() != DType::F32 || rank == 0 || axis != rank - 1) return fallback(ctx);
+    if (x.dtype() != DType::F32 || rank == 0 || axis != rank - 1) return referenceFallback(ctx);
     Tensor y = x.clone();
     const int64_t len = x.dims().back();
     softmaxRows(y.data<float>(), len ? x.numel() / len : 0, len);
@@ -59,9 +56,9 @@ std::vector<Tensor> fastLayerNorm(const KernelContext& ctx) {
     const int64_t rank = static_cast<int64_t>(x.rank());
     int64_t axis = ctx.attrs().getInt("axis", -1);
     if (axis < 0) axis += rank;
-    if (x.dtype() != DType::F32 || scale.dtype() != DType::F32 || axis != rank - 1 || ctx.numOutputs() > 1) return fallback(ctx);
+    if (x.dtype() != DType::F32 || scale.dtype() != DType::F32 || axis != rank - 1 || ctx.numOutputs() > 1) return referenceFallback(ctx);
     const int64_t len = x.dims().back();
-    if (scale.numel() != len || (bias && (bias->dtype() != DType::F32 || bias->numel() != len))) return fallback(ctx);
+    if (scale.numel() != len || (bias && (bias->dtype() != DType::F32 || bias->numel() != len))) return referenceFallback(ctx);
     const float eps = ctx.attrs().getFloat("epsilon", 1e-5f);
     Tensor y = ctx.output(0, DType::F32, x.dims());
     const float* px = x.data<float>();
@@ -85,20 +82,20 @@ std::vector<Tensor> fastAttention(const KernelContext& ctx) {
     const Tensor* mask = ctx.optionalInput(3);
     const bool bshd = ctx.attrs().getString("layout", "") == "bshd";
     if (q.dtype() != DType::F32 || kt.dtype() != DType::F32 || v.dtype() != DType::F32 || q.rank() < 2 || q.rank() != kt.rank() || q.rank() != v.rank())
-        return fallback(ctx);
-    if ((mask && mask->dtype() != DType::F32) || (bshd && q.rank() != 4)) return fallback(ctx);
+        return referenceFallback(ctx);
+    if ((mask && mask->dtype() != DType::F32) || (bshd && q.rank() != 4)) return referenceFallback(ctx);
     // Per (batch b, head h): element (row, col) of each operand at base + row * ld + col.
     int64_t B, H, S, D, T, E;
     Dims out_dims;
     if (bshd) {
         B = q.dims()[0], S = q.dims()[1], H = q.dims()[2], D = q.dims()[3], T = kt.dims()[1], E = v.dims()[3];
-        if (kt.dims() != Dims{B, T, H, D} || v.dims() != Dims{B, T, H, E}) return fallback(ctx);
+        if (kt.dims() != Dims{B, T, H, D} || v.dims() != Dims{B, T, H, E}) return referenceFallback(ctx);
         out_dims = {B, S, H, E};
     } else {
         const Dims batch(q.dims().begin(), q.dims().end() - 2);
-        if (Dims(kt.dims().begin(), kt.dims().end() - 2) != batch || Dims(v.dims().begin(), v.dims().end() - 2) != batch) return fallback(ctx);
+        if (Dims(kt.dims().begin(), kt.dims().end() - 2) != batch || Dims(v.dims().begin(), v.dims().end() - 2) != batch) return referenceFallback(ctx);
         B = numElements(batch), H = 1, S = q.dims()[q.rank() - 2], D = q.dims().back(), T = kt.dims().back(), E = v.dims().back();
-        if (kt.dims()[kt.rank() - 2] != D || v.dims()[v.rank() - 2] != T) return fallback(ctx);
+        if (kt.dims()[kt.rank() - 2] != D || v.dims()[v.rank() - 2] != T) return referenceFallback(ctx);
         out_dims = batch;
         out_dims.insert(out_dims.end(), {S, E});
     }
@@ -113,7 +110,7 @@ std::vector<Tensor> fastAttention(const KernelContext& ctx) {
         Dims mask_dims = mask->dims();
         if (mask_dims.empty()) mask_dims = {1};
         mask_step = mask_dims.back() == 1 ? 0 : 1;
-        if (mask_step && mask_dims.back() != T) return fallback(ctx);
+        if (mask_step && mask_dims.back() != T) return referenceFallback(ctx);
         mask_dims.back() = 1;
         mask_row = broadcastOffsets(row_dims, mask_dims);  // in units of the mask's rows
         if (mask_step)
@@ -165,16 +162,16 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
     const auto swapped = ctx.attrs().getInts("swapped");
     const auto params = ctx.attrs().getFloats("params");
     const auto& names = std::get<std::vector<std::string>>(ctx.attrs().all().at("ops"));
-    if (x.dtype() != DType::F32) return fallback(ctx);
+    if (x.dtype() != DType::F32) return referenceFallback(ctx);
     const int64_t n = x.numel();
     std::vector<int64_t> period(ctx.numInputs(), 0);  // extra operand i repeats every period[i] elements
     for (size_t i = 1; i < ctx.numInputs(); ++i) {
         const Tensor& e = ctx.input(i);
-        if (e.dtype() != DType::F32) return fallback(ctx);
+        if (e.dtype() != DType::F32) return referenceFallback(ctx);
         Dims d = e.dims();
         while (!d.empty() && d.front() == 1) d.erase(d.begin());  // leading ones do not change the layout
         const bool trailing = d.size() <= x.rank() && std::equal(d.rbegin(), d.rend(), x.dims().rbegin());
-        if (!trailing && e.numel() != 1) return fallback(ctx);
+        if (!trailing && e.numel() != 1) return referenceFallback(ctx);
         period[i] = e.numel();
     }
     struct Step {
@@ -195,7 +192,7 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
             try {
                 st.act = Activation::fromNode(probe);
             } catch (const Error&) {
-                return fallback(ctx);  // Exp, Log, ... stay on the reference
+                return referenceFallback(ctx);  // Exp, Log, ... stay on the reference
             }
         } else {
             static const std::pair<const char*, BinOp> ops[] = {{"Add", BinOp::Add}, {"Sub", BinOp::Sub}, {"Mul", BinOp::Mul}, {"Div", BinOp::Div},
@@ -254,10 +251,10 @@ __attribute__((target("avx2"))) int64_t maxPool2x2RowAvx2(const float* r0, const
 std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const Attributes& a = ctx.attrs();
-    if (x.dtype() != DType::F32 || x.rank() != 4 || ctx.numOutputs() > 1 || a.getInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return fallback(ctx);
+    if (x.dtype() != DType::F32 || x.rank() != 4 || ctx.numOutputs() > 1 || a.getInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return referenceFallback(ctx);
     const auto k = a.getInts("kernel_shape");
     const auto st = a.getInts("strides", {1, 1});
-    if (k.size() != 2 || st.size() != 2) return fallback(ctx);
+    if (k.size() != 2 || st.size() != 2) return referenceFallback(ctx);
     const int64_t N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
     SpatialPads pads = resolvePads(ctx, {H, W}, k, st, {1, 1});
     const bool ceil_mode = a.getInt("ceil_mode", 0) != 0;
@@ -273,7 +270,7 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
         out[d] = (ceil_mode ? (span + st[d] - 1) / st[d] : span / st[d]) + 1;
         if (ceil_mode && (out[d] - 1) * st[d] >= in[d] + pads.begin[d]) --out[d];
     }
-    if (out[0] <= 0 || out[1] <= 0) return fallback(ctx);
+    if (out[0] <= 0 || out[1] <= 0) return referenceFallback(ctx);
     Tensor y = ctx.output(0, DType::F32, {N, C, out[0], out[1]});
     const float* px = x.data<float>();
     float* py = y.data<float>();
@@ -310,7 +307,7 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
 // GlobalAveragePool over f32: one mean per (n, c) plane.
 std::vector<Tensor> fastGlobalAveragePool(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    if (x.dtype() != DType::F32 || x.rank() < 3) return fallback(ctx);
+    if (x.dtype() != DType::F32 || x.rank() < 3) return referenceFallback(ctx);
     const int64_t planes = x.dims()[0] * x.dims()[1];
     const int64_t size = planes ? x.numel() / planes : 0;
     Dims out_dims(x.rank(), 1);
@@ -345,7 +342,7 @@ std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
     auto perm = ctx.attrs().getInts("perm");
     if (perm.empty())
         for (int64_t i = static_cast<int64_t>(rank) - 1; i >= 0; --i) perm.push_back(i);
-    if (dtypeSize(x.dtype()) != 4 || perm.size() != rank || rank < 2) return fallback(ctx);
+    if (dtypeSize(x.dtype()) != 4 || perm.size() != rank || rank < 2) return referenceFallback(ctx);
     for (auto& p : perm) p = normalizeAxis(p, static_cast<int64_t>(rank), ctx);
     Dims out_dims(rank);
     for (size_t i = 0; i < rank; ++i) out_dims[i] = x.dims()[perm[i]];
@@ -390,7 +387,7 @@ std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
 // Standalone activation ops (Gelu, Relu, Sigmoid, ...) over f32, vectorized in chunks.
 std::vector<Tensor> fastActivation(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    if (x.dtype() != DType::F32) return fallback(ctx);
+    if (x.dtype() != DType::F32) return referenceFallback(ctx);
     const Node& n = ctx.node;
     Activation act;
     if (n.op_type == "Gelu") act.kind = n.attrs.getString("approximate", "none") == "tanh" ? ActKind::GeluTanh : ActKind::Gelu;
@@ -400,7 +397,7 @@ std::vector<Tensor> fastActivation(const KernelContext& ctx) {
     else if (n.op_type == "Erf") act.kind = ActKind::Erf;
     else if (n.op_type == "HardSwish") act.kind = ActKind::HardSwish;
     else if (n.op_type == "LeakyRelu") act = Activation{ActKind::LeakyRelu, n.attrs.getFloat("alpha", 0.01f), 0};
-    else return fallback(ctx);
+    else return referenceFallback(ctx);
     Tensor y = ctx.output(0, DType::F32, x.dims());
     std::memcpy(y.raw(), x.raw(), x.byteSize());
     constexpr int64_t kChunk = 8192;
@@ -414,14 +411,14 @@ std::vector<Tensor> fastActivation(const KernelContext& ctx) {
 }  // namespace
 
 void addFastOpTactics(std::vector<Tactic>& t) {
-    t.push_back({"fast", "elementwise", {"Gelu", "Relu", "Sigmoid", "Tanh", "Erf", "HardSwish", "LeakyRelu"}, any, fastActivation});
-    t.push_back({"fast", "pool", {"MaxPool"}, any, fastMaxPool});
-    t.push_back({"fast", "pool", {"GlobalAveragePool"}, any, fastGlobalAveragePool});
-    t.push_back({"fast", "data", {"Transpose"}, any, fastTranspose});
-    t.push_back({"fast", "norm", {"LayerNormalization", "Softmax"}, any, nullptr});
+    t.push_back({"fast", "elementwise", {"Gelu", "Relu", "Sigmoid", "Tanh", "Erf", "HardSwish", "LeakyRelu"}, supportsAnyNode, fastActivation});
+    t.push_back({"fast", "pool", {"MaxPool"}, supportsAnyNode, fastMaxPool});
+    t.push_back({"fast", "pool", {"GlobalAveragePool"}, supportsAnyNode, fastGlobalAveragePool});
+    t.push_back({"fast", "data", {"Transpose"}, supportsAnyNode, fastTranspose});
+    t.push_back({"fast", "norm", {"LayerNormalization", "Softmax"}, supportsAnyNode, nullptr});
     t.back().kernel = [](const KernelContext& ctx) { return ctx.node.op_type == "Softmax" ? fastSoftmax(ctx) : fastLayerNorm(ctx); };
-    t.push_back({"fast", "attention", {"Attention"}, any, fastAttention});
-    t.push_back({"fast", "elementwise", {"ElementwiseChain"}, any, fastChain});
+    t.push_back({"fast", "attention", {"Attention"}, supportsAnyNode, fastAttention});
+    t.push_back({"fast", "elementwise", {"ElementwiseChain"}, supportsAnyNode, fastChain});
 }
 
 }  // namespace kiln

@@ -35,18 +35,16 @@ bool matmulLike(const Node& n, const Graph&) {
     return n.op_type == "MatMul" || n.op_type == "FusedMatMul";
 }
 
-std::vector<Tensor> fallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
-
 std::vector<Tensor> matmulWith(const KernelContext& ctx, SgemmFn sgemm) {
     const Node& n = ctx.node;
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
-    if (a.dtype() != DType::F32 || b.dtype() != DType::F32 || a.rank() < 2 || b.rank() < 2) return fallback(ctx);
+    if (a.dtype() != DType::F32 || b.dtype() != DType::F32 || a.rank() < 2 || b.rank() < 2) return referenceFallback(ctx);
     const bool gemm = n.op_type == "Gemm";
     const bool trans_a = gemm && n.attrs.getInt("transA", 0) != 0;
     const bool trans_b = gemm ? n.attrs.getInt("transB", 0) != 0 : n.attrs.getInt("trans_b", 0) != 0;
-    if (gemm && (a.rank() != 2 || b.rank() != 2)) return fallback(ctx);
-    if (trans_b && b.rank() != 2) return fallback(ctx);
+    if (gemm && (a.rank() != 2 || b.rank() != 2)) return referenceFallback(ctx);
+    if (trans_b && b.rank() != 2) return referenceFallback(ctx);
     const int64_t M = trans_a ? a.dims()[a.rank() - 1] : a.dims()[a.rank() - 2];
     const int64_t K = trans_a ? a.dims()[a.rank() - 2] : a.dims()[a.rank() - 1];
     const int64_t Kb = trans_b ? b.dims()[1] : b.dims()[b.rank() - 2];
@@ -60,8 +58,8 @@ std::vector<Tensor> matmulWith(const KernelContext& ctx, SgemmFn sgemm) {
     // residual) take the reference path.
     const Tensor* bias = n.op_type == "FusedMatMul" ? ctx.optionalInput(2) : nullptr;
     const Tensor* residual = n.op_type == "FusedMatMul" ? ctx.optionalInput(3) : nullptr;
-    if (bias && (bias->dtype() != DType::F32 || bias->numel() != N)) return fallback(ctx);
-    if (residual && (residual->dtype() != DType::F32 || residual->dims() != out_dims)) return fallback(ctx);
+    if (bias && (bias->dtype() != DType::F32 || bias->numel() != N)) return referenceFallback(ctx);
+    if (residual && (residual->dtype() != DType::F32 || residual->dims() != out_dims)) return referenceFallback(ctx);
     Tensor out = ctx.output(0, DType::F32, out_dims);
     const float* pa = a.data<float>();
     const float* pb = b.data<float>();
@@ -86,7 +84,7 @@ std::vector<Tensor> matmulWith(const KernelContext& ctx, SgemmFn sgemm) {
     } else if (gemm && ctx.hasInput(2)) {
         const Tensor& c = ctx.input(2);
         const float beta = n.attrs.getFloat("beta", 1.0f);
-        if (c.dtype() != DType::F32) return fallback(ctx);
+        if (c.dtype() != DType::F32) return referenceFallback(ctx);
         if (c.numel() == N && beta == 1.0f && (c.rank() == 1 || c.dims()[0] == 1)) {
             applyEpilogue(po, rows, N, c.data<float>(), false, nullptr, Activation{});
         } else {

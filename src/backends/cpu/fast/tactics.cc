@@ -49,6 +49,10 @@ std::vector<ParameterSpec> tacticParameters() {
     return out;
 }
 
+std::vector<Tensor> referenceFallback(const KernelContext& ctx) { return referenceKernels().find(ctx.node.op_type)(ctx); }
+
+bool supportsAnyNode(const Node&, const Graph&) { return true; }
+
 KernelFn kernelForTactic(const Node& node, const std::string& tactic) {
     if (tactic.empty() || tactic == "reference") return referenceKernels().find(node.op_type);
     for (const auto& t : fastTactics())

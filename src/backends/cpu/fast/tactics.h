@@ -24,6 +24,11 @@ struct Tactic {
 const std::vector<Tactic>& fastTactics();
 // The parameters choosing tactics per op class: tactic.cpu.<class> = auto|<tactics>|reference.
 std::vector<ParameterSpec> tacticParameters();
+// The node's reference kernel: what a fast tactic runs on inputs it does not cover.
+std::vector<Tensor> referenceFallback(const KernelContext& ctx);
+// Tactic::supports of tactics that take every node of their ops.
+bool supportsAnyNode(const Node& n, const Graph& g);
+
 // The kernel for a node's recorded tactic ("reference" or a fast tactic name).
 KernelFn kernelForTactic(const Node& node, const std::string& tactic);
 
