@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "backends/cpu/reference/kernel.h"
 #include "backends/cpu/reference/kernel_util.h"
 #include "onnx_import/importer.h"
@@ -53,6 +55,41 @@ TEST(Executor, SliceRangesFollowTheOnnxClamps) {
     EXPECT_EQ(r(3, 3, 1, 5).second, 0);
     EXPECT_EQ(r(0, 5, -1, 5).second, 0);
     EXPECT_EQ(r(0, -1, -1, 0).second, 0);  // empty axis
+}
+
+// Walking a broadcast in runs reaches each input element at the index numpy's rules give
+// (computed here from each output index independently), for random shapes of rank 0-5 with
+// random broadcast dims, including empty outputs; a shape that does not broadcast throws.
+TEST(Executor, BroadcastRunsFollowNumpyIndexing) {
+    std::mt19937 rng(5);
+    for (int trial = 0; trial < 300; ++trial) {
+        const size_t rank = rng() % 6;
+        Dims out(rank);
+        for (auto& d : out) d = rng() % 4 + (trial % 50 == 0 ? 0 : 1);
+        std::vector<Dims> ins(1 + rng() % 3);
+        for (auto& in : ins) {
+            in.assign(out.end() - static_cast<int64_t>(rng() % (rank + 1)), out.end());
+            for (auto& d : in)
+                if (rng() % 3 == 0) d = 1;
+        }
+        const BroadcastRuns runs(out, ins);
+        std::vector<std::vector<int64_t>> seen(ins.size(), std::vector<int64_t>(static_cast<size_t>(numElements(out)), -1));
+        runs.forEach([&](int64_t o, const int64_t* in) {
+            for (int64_t j = 0; j < runs.length(); ++j)
+                for (size_t k = 0; k < ins.size(); ++k) seen[k][static_cast<size_t>(o + j)] = in[k] + j * runs.step(k);
+        });
+        for (int64_t i = 0; i < numElements(out); ++i) {
+            Dims idx(rank);
+            for (int64_t d = static_cast<int64_t>(rank) - 1, rest = i; d >= 0; --d) idx[d] = rest % out[d], rest /= out[d];
+            for (size_t k = 0; k < ins.size(); ++k) {
+                int64_t expect = 0;
+                for (size_t d = 0; d < ins[k].size(); ++d)
+                    expect = expect * ins[k][d] + (ins[k][d] == 1 ? 0 : idx[rank - ins[k].size() + d]);
+                ASSERT_EQ(seen[k][static_cast<size_t>(i)], expect) << dimsToString(out) << " <- " << dimsToString(ins[k]) << " element " << i;
+            }
+        }
+    }
+    EXPECT_THROW(BroadcastRuns({2, 3}, {{2}}), Error);
 }
 
 TEST(Executor, BatchedMatMulMatchesDoublePrecisionLoops) {

@@ -333,6 +333,15 @@ TEST(FastBackend, NormAttentionAndChainTacticsMatchReference) {
     chain.node.attrs.set("swapped", std::vector<int64_t>{0, 0, 1, 0, 0});
     chain.node.attrs.set("params", std::vector<float>(10, 0.0f));
     expectTacticMatchesReference(chain, "fast");
+    // Longer than a block of the fast kernel (1024), with a per-row operand whose period
+    // (1000) wraps inside blocks, a one-element operand and the remaining binary ops.
+    Case longer{node("ElementwiseChain", "kiln"), {randomTensor({3, 1000}, rng, 0.5, 2), randomTensor({1000}, rng, 0.5, 2), randomTensor({1}, rng, 0.5, 2),
+                                                   randomTensor({3, 1000}, rng, -2, 2)}};
+    longer.node.attrs.set("ops", std::vector<std::string>{"Add", "Pow", "Max", "Gelu", "Min", "Sub", "Mul"});
+    longer.node.attrs.set("operand", std::vector<int64_t>{1, 2, 3, -1, 1, 2, 3});
+    longer.node.attrs.set("swapped", std::vector<int64_t>{0, 1, 0, 0, 0, 1, 0});
+    longer.node.attrs.set("params", std::vector<float>(14, 0.0f));
+    expectTacticMatchesReference(longer, "fast");
 }
 
 // The vectorized softmax row against softmax computed in double: lengths around the

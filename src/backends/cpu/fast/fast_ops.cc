@@ -2,6 +2,7 @@
 // falls back to the reference kernel for shapes or types it does not cover.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -154,6 +155,35 @@ std::vector<Tensor> fastAttention(const KernelContext& ctx) {
 
 enum class BinOp { Add, Sub, Mul, Div, Pow, Max, Min };
 
+constexpr int64_t kChainBlock = 1024;
+
+// v[i] = v[i] op o[i] (or o[0] when scalar), operands swapped when `swapped`.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void chainBinary(float* v, int64_t n, const float* o, bool scalar, BinOp op, bool swapped) {
+    auto apply = [&](auto f) {
+        if (scalar) {
+            const float c = o[0];
+            if (swapped)
+                for (int64_t i = 0; i < n; ++i) v[i] = f(c, v[i]);
+            else
+                for (int64_t i = 0; i < n; ++i) v[i] = f(v[i], c);
+        } else if (swapped) {
+            for (int64_t i = 0; i < n; ++i) v[i] = f(o[i], v[i]);
+        } else {
+            for (int64_t i = 0; i < n; ++i) v[i] = f(v[i], o[i]);
+        }
+    };
+    switch (op) {
+        case BinOp::Add: return apply([](float l, float r) { return l + r; });
+        case BinOp::Sub: return apply([](float l, float r) { return l - r; });
+        case BinOp::Mul: return apply([](float l, float r) { return l * r; });
+        case BinOp::Div: return apply([](float l, float r) { return l / r; });
+        case BinOp::Pow: return apply([](float l, float r) { return std::pow(l, r); });
+        // std::max/min: the reference kernel's operation (and NaN handling).
+        case BinOp::Max: return apply([](float l, float r) { return std::max(l, r); });
+        case BinOp::Min: return apply([](float l, float r) { return std::min(l, r); });
+    }
+}
+
 // ElementwiseChain over f32 when every extra operand has the output's shape, one element,
 // or the shape of its trailing dims (a per-row vector); other cases use the reference.
 std::vector<Tensor> fastChain(const KernelContext& ctx) {
@@ -207,27 +237,27 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
     Tensor y = ctx.output(0, DType::F32, x.dims());
     const float* px = x.data<float>();
     float* py = y.data<float>();
+    // Step by step over blocks that stay in L1, each step one vectorizable loop (an
+    // interpreter per element ran BERT's 32K-element embedding sum at 10 ns an element).
+    const int64_t blocks = (n + kChainBlock - 1) / kChainBlock;
 #pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) {
-        float v = px[i];
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t i0 = blk * kChainBlock, len = std::min(kChainBlock, n - i0);
+        float* v = py + i0;
+        std::memcpy(v, px + i0, static_cast<size_t>(len) * sizeof(float));
         for (const Step& st : steps) {
             if (st.unary) {
-                v = activate(st.act, v);
+                applyEpilogueSerial(v, 1, len, nullptr, false, nullptr, st.act);
                 continue;
             }
-            const float o = st.other[st.period == 1 ? 0 : i % st.period];
-            const float l = st.swapped ? o : v, r = st.swapped ? v : o;
-            switch (st.op) {
-                case BinOp::Add: v = l + r; break;
-                case BinOp::Sub: v = l - r; break;
-                case BinOp::Mul: v = l * r; break;
-                case BinOp::Div: v = l / r; break;
-                case BinOp::Pow: v = std::pow(l, r); break;
-                case BinOp::Max: v = std::max(l, r); break;  // the reference kernel's operation (and NaN handling)
-                case BinOp::Min: v = std::min(l, r); break;
+            // The operand's elements for [i0, i0 + len), in pieces that do not wrap its period.
+            for (int64_t j = 0; j < len;) {
+                const int64_t at = st.period == 1 ? 0 : (i0 + j) % st.period;
+                const int64_t piece = st.period == 1 ? len - j : std::min(len - j, st.period - at);
+                chainBinary(v + j, piece, st.other + at, st.period == 1, st.op, st.swapped);
+                j += piece;
             }
         }
-        py[i] = v;
     }
     return {y};
 }

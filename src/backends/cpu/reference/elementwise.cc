@@ -234,15 +234,26 @@ std::vector<Tensor> whereKernel(const KernelContext& ctx) {
     ctx.require(c.dtype() == DType::Bool, "condition must be bool");
     ctx.require(x.dtype() == y.dtype(), "X and Y have different element types");
     Dims out_dims = broadcastDims(broadcastDims(c.dims(), x.dims(), ctx.node.describe()), y.dims(), ctx.node.describe());
-    auto oc = broadcastOffsets(out_dims, c.dims());
-    auto ox = broadcastOffsets(out_dims, x.dims());
-    auto oy = broadcastOffsets(out_dims, y.dims());
     Tensor out(x.dtype(), out_dims);
-    const size_t es = dtypeSize(x.dtype());
+    const BroadcastRuns runs(out_dims, {c.dims(), x.dims(), y.dims()});
+    const int64_t len = runs.length(), sc = runs.step(0), sx = runs.step(1), sy = runs.step(2);
     const bool* pc = c.data<bool>();
-    for (int64_t i = 0; i < out.numel(); ++i) {
-        const std::byte* src = pc[oc[i]] ? x.raw() + ox[i] * es : y.raw() + oy[i] * es;
-        std::copy(src, src + es, out.raw() + i * es);
+    // Elements move as unsigned integers of their size (any dtype, no conversions).
+    auto select = [&](auto word) {
+        using W = decltype(word);
+        const W* px = reinterpret_cast<const W*>(x.raw());
+        const W* py = reinterpret_cast<const W*>(y.raw());
+        W* po = reinterpret_cast<W*>(out.raw());
+        runs.forEach([&](int64_t o, const int64_t* in) {
+            for (int64_t j = 0; j < len; ++j) po[o + j] = pc[in[0] + j * sc] ? px[in[1] + j * sx] : py[in[2] + j * sy];
+        });
+    };
+    switch (dtypeSize(x.dtype())) {
+        case 1: select(uint8_t{}); break;
+        case 2: select(uint16_t{}); break;
+        case 4: select(uint32_t{}); break;
+        case 8: select(uint64_t{}); break;
+        default: ctx.require(false, "unsupported element type for Where");
     }
     return {out};
 }

@@ -56,6 +56,27 @@ std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims)
     return offsets;
 }
 
+BroadcastRuns::BroadcastRuns(const Dims& out_dims, const std::vector<Dims>& in_dims) {
+    const size_t rank = out_dims.size();
+    for (int64_t d : out_dims) check(d >= 0, "negative dimension in " + dimsToString(out_dims));
+    if (rank > 0) outer_.assign(out_dims.begin(), out_dims.end() - 1), length_ = out_dims.back();
+    for (const Dims& in : in_dims) {
+        check(in.size() <= rank, "cannot broadcast " + dimsToString(in) + " to " + dimsToString(out_dims));
+        Dims padded(rank, 1);
+        for (size_t i = 0; i < in.size(); ++i) {
+            const int64_t d = in[i], out = out_dims[rank - in.size() + i];
+            check(d == out || d == 1, "cannot broadcast " + dimsToString(in) + " to " + dimsToString(out_dims));
+            padded[rank - in.size() + i] = d;
+        }
+        Dims strides = stridesOf(padded);
+        for (size_t i = 0; i < rank; ++i)
+            if (padded[i] == 1) strides[i] = 0;
+        steps_.push_back(rank > 0 && padded.back() != 1 ? 1 : 0);
+        if (rank > 0) strides.pop_back();
+        strides_.push_back(std::move(strides));
+    }
+}
+
 Tensor legacyBroadcastOperand(const Tensor& a, const Tensor& b, const KernelContext& ctx) {
     if (ctx.opset >= 7 || ctx.attrs().getInt("broadcast", 0) == 0 || !ctx.attrs().has("axis")) return b;
     const int64_t axis = normalizeAxis(ctx.attrs().getInt("axis"), static_cast<int64_t>(a.rank()), ctx);

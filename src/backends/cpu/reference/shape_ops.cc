@@ -257,7 +257,19 @@ Tensor gatherOffsets(const Tensor& x, const Dims& out_dims, const std::vector<in
 std::vector<Tensor> expand(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     Dims out_dims = broadcastDims(x.dims(), ctx.input(1).toInt64Vector(), ctx.node.describe());
-    return {gatherOffsets(x, out_dims, broadcastOffsets(out_dims, x.dims()))};
+    Tensor out(x.dtype(), out_dims);
+    const BroadcastRuns runs(out_dims, {x.dims()});
+    const size_t es = dtypeSize(x.dtype());
+    const int64_t len = runs.length();
+    const bool whole = runs.step(0) == 1;  // runs copy a row of x, else repeat one element
+    runs.forEach([&](int64_t o, const int64_t* in) {
+        std::byte* dst = out.raw() + o * es;
+        const std::byte* src = x.raw() + in[0] * es;
+        if (whole) std::memcpy(dst, src, static_cast<size_t>(len) * es);
+        else
+            for (int64_t j = 0; j < len; ++j) std::memcpy(dst + j * es, src, es);
+    });
+    return {out};
 }
 
 std::vector<Tensor> tile(const KernelContext& ctx) {
