@@ -16,6 +16,7 @@
 #include "ir/half.h"
 #include "llm/cuda/decoder_kernels.h"
 #include "llm/cuda/step_profiler.h"
+#include "llm/cuda/step_timeline.h"
 #include "llm/decoder_model.h"
 #include "llm/onnx_decoder.h"
 
@@ -190,6 +191,7 @@ private:
         }
         const size_t meta_ints = static_cast<size_t>(4 * T + S + S * max_blocks);
         profiler_.stepBegin(stream_);
+        timeline_.stepBegin(stream_);
         KILN_CUDA_CHECK(cudaMemcpyAsync(act_.meta.ptr, pinned_meta_.ptr, meta_ints * 4, cudaMemcpyHostToDevice, stream_));
         const bool decode_only = T == S;
         void* pool = cache.device_storage.get();
@@ -225,6 +227,7 @@ private:
         profiler_.stepEnd(stream_);
         KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
         profiler_.stepDone(decode_only);
+        timeline_.stepDone(decode_only);
         for (const auto& c : chunks) cache.append(c.seq, c.tokens);
         return S;
     }
@@ -456,6 +459,7 @@ private:
     mutable std::map<std::pair<int64_t, bool>, Captured> graphs_;  // by (batch size, argmax)
     mutable std::set<std::pair<int64_t, bool>> eager_sizes_;      // decode shapes that ran once without a graph
     mutable cuda::StepProfiler profiler_;
+    mutable cuda::StepTimeline timeline_;
     // The cuBLAS path's residual add not yet done: the next norm adds it.
     struct PendingAdd {
         const __half* add = nullptr;

@@ -40,7 +40,7 @@ struct RangeResult {
 // step's keys; the rest after it.
 template <int D, int kKeys>
 __device__ RangeResult attendRange(int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, int h, int t, int begin, int end,
-                                   int fresh) {
+                                   int fresh, CtaTrace& trace) {
     constexpr int kLanesPerKey = D / 8, kGroups = kAttentionThreads / kLanesPerKey, kWarps = kAttentionThreads / 32;
     __shared__ float warp_out[kWarps][D];
     __shared__ float warp_max[kWarps], warp_sum[kWarps];
@@ -59,7 +59,7 @@ __device__ RangeResult attendRange(int heads, const __half* q, const StepMeta& m
     };
     for (int u = 0; u < kKeys; ++u) kvec[u] = vvec[u] = make_uint4(0, 0, 0, 0);
     loadRound(begin, begin, min(end, fresh));
-    waitForPredecessor();
+    waitForPredecessor(trace);
     loadRound(begin, max(begin, fresh), end);
     float qf[8], acc[8] = {};
     const uint4 qv = *reinterpret_cast<const uint4*>(q + (int64_t(t) * heads + h) * D + g * 8);
@@ -127,6 +127,7 @@ template <int D, int kKeys>
 __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int heads, const __half* q, StepMeta m, KvLayer kv, float scale,
                                                                           AttentionScratch scratch, int min_split, __half* out) {
     constexpr int kGroups = kAttentionThreads / (D / 8);
+    CtaTrace trace(kCtaAttention, heads, gridDim.y);
     __shared__ bool last;
     const int h = blockIdx.x, t = blockIdx.y, split = blockIdx.z, splits = gridDim.z;  // splits: for the longest context
     // The step's metadata and the keys cached by earlier steps do not depend on the previous
@@ -138,7 +139,7 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
     const int active = (len + per_split - 1) / per_split;
     if (split >= active) return;
     const int begin = split * per_split, end = min(len, begin + per_split);
-    const RangeResult range = attendRange<D, kKeys>(heads, q, m, kv, scale, h, t, begin, end, freshFrom(m, t));
+    const RangeResult range = attendRange<D, kKeys>(heads, q, m, kv, scale, h, t, begin, end, freshFrom(m, t), trace);
     float top = range.top, total = range.total;
     const float merged = range.merged;
     const int d = threadIdx.x;
@@ -180,6 +181,8 @@ __global__ void __launch_bounds__(kAttentionThreads) pagedAttentionKernel(int he
 
 }  // namespace
 
+void setAttentionTraceSink(const TraceSink& sink) { cudaMemcpyToSymbol(g_trace_sink, &sink, sizeof sink); }
+
 void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, const AttentionScratch& scratch,
                           __half* out, cudaStream_t s) {
     // Enough CTAs for two per SM; the split count depends on T only, so a captured graph
@@ -189,12 +192,13 @@ void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, 
     int splits = 1;
     if (scratch.partials && T * heads <= scratch.capacity) splits = std::clamp((2 * scratch.sms + T * heads - 1) / (T * heads), 1, cap);
     const dim3 grid(heads, T, splits);
-    // Keys in flight per group: 8 (one round for a 256-key split at D = 64) when very few
-    // (token, head) pairs leave the GPU latency-bound, else 4. H200, batch-1 ms/token with
-    // 8 / 4: GPT-2 (12 heads) 0.278 / 0.277, Llama-1.1B (32 heads) 0.874 / 0.862.
+    // Keys in flight per group: 8 (one round for a 256-key split at D = 64, all of it cached
+    // keys loaded before the wait) when few (token, head) pairs leave the GPU latency-bound,
+    // else 4. H200, Llama-1.1B (32 heads) at batch 1, 3 interleaved rounds: 0.800-0.812
+    // ms/token with 8, 0.819-0.831 with 4 (attention's time after its wait 4.5 vs 5.3 us).
     // KILN_LLM_ATTENTION_KEYS=4 or 8 forces one.
     static const int forced = decoderKnob("ATTENTION_KEYS", 0);
-    const bool eight = forced ? forced == 8 : T * heads <= 16;
+    const bool eight = forced ? forced == 8 : T * heads <= 32;
     static const int min_split = std::max(32, decoderKnob("ATTENTION_MIN_SPLIT", kMinKeysPerSplit));
     auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, min_split, out); };
     if (kv.head_dim == 64) eight ? run(pagedAttentionKernel<64, 8>) : run(pagedAttentionKernel<64, 4>);

@@ -15,6 +15,7 @@ namespace {
 __device__ float blockSum(float v, float* shared) { return blockReduce<kBlockThreads>(v, shared, false); }
 
 __global__ void embedKernel(int H, StepMeta m, const __half* wte, const __half* wpe, float* x) {
+    CtaTrace trace(kCtaEmbed, H, 0);
     const int t = blockIdx.x;
     const int64_t tok = m.tokens[t], pos = m.positions[t];
     for (int j = threadIdx.x; j < H; j += blockDim.x)
@@ -61,14 +62,14 @@ __device__ __forceinline__ float geluTanh(float a) { return 0.5f * a * (1.f + ta
 __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
 
 // One (token, head, pair i) of q|k|v: a = row h*D + i, c = row h*D + i + D/2, bias added,
-// rotated (q and k heads, Llama), stored to q or the cache.
-__device__ void storeQkvPair(const QkvDestination& d, int t, int h, int i, float a, float c) {
+// rotated (q and k heads, Llama) by the token's position, stored to q or the cache slot.
+__device__ void storeQkvPair(const QkvDestination& d, int t, int position, int slot, int h, int i, float a, float c) {
     const int D = d.kv.head_dim, half = D / 2;
     if (d.bias) a += __half2float(d.bias[h * D + i]), c += __half2float(d.bias[h * D + i + half]);
     if (d.rope && h < d.heads + d.kv.kv_heads) {  // q and k heads rotate, v does not
         const float inv_freq = 1.f / powf(d.theta, float(2 * i) / float(D));
         float sn, cs;
-        sincosf(float(d.meta.positions[t]) * inv_freq, &sn, &cs);
+        sincosf(float(position) * inv_freq, &sn, &cs);
         const float ra = a * cs - c * sn, rc = c * cs + a * sn;
         a = ra, c = rc;
     }
@@ -76,7 +77,6 @@ __device__ void storeQkvPair(const QkvDestination& d, int t, int h, int i, float
     if (h < d.heads) {
         dst = d.q + (int64_t(t) * d.heads + h) * D;
     } else {
-        const int slot = d.meta.slots[t];
         const int64_t block = slot / d.kv.block_size, offset = slot % d.kv.block_size;
         const bool is_k = h < d.heads + d.kv.kv_heads;
         const int kh = is_k ? h - d.heads : h - d.heads - d.kv.kv_heads;
@@ -88,7 +88,8 @@ __device__ void storeQkvPair(const QkvDestination& d, int t, int h, int i, float
 
 __global__ void addNormKernel(int H, const int32_t* row_map, float* x, const __half* add, const __half* add_bias, const float* w, const float* b,
                               float eps, bool rms, __half* out) {
-    waitForPredecessor();
+    CtaTrace trace(kCtaAddNorm, H, 0);
+    waitForPredecessor(trace);
     __shared__ float shared[32];
     const int r = blockIdx.x;
     const int64_t t = row_map ? row_map[r] : r;
@@ -112,6 +113,23 @@ __device__ __forceinline__ uint4 loadWeights(const uint4* p, bool evict_first, u
     return v;
 }
 
+// Copies n floats to shared memory asynchronously (cp.async; the caller waits with
+// cp.async.wait_all), 16 bytes at a time where both sides allow it.
+__device__ __forceinline__ void copyToShared(float* dst, const float* src, int n) {
+    const bool wide = n % 4 == 0 && (reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst)) % 16 == 0;
+    const int step = wide ? 4 : 1;
+    for (int j = threadIdx.x * step; j < n; j += blockDim.x * step) {
+        const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst + j));
+        if (wide) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(src + j) : "memory");
+        else asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(to), "l"(src + j) : "memory");
+    }
+}
+
+// Dynamic shared memory of a small GEMM: the input rows (f16), then a norm's weight and bias.
+__host__ __device__ inline size_t smallGemmSmem(int rows, int K, const SmallGemmInput& in) {
+    return size_t(rows) * K * 2 + (in.kind == SmallGemmInput::Norm ? size_t(in.norm_b ? 2 : 1) * K * 4 : 0);
+}
+
 // y[r] = in[r] * W^T for a few rows (R at most): a warp per task of P adjacent output rows
 // (P = 2 for the interleaved pairs) streams those weight rows in chunks of 16-byte loads,
 // two chunks in flight (double-buffered registers; the first two issued before waiting for
@@ -120,6 +138,7 @@ __device__ __forceinline__ uint4 loadWeights(const uint4* p, bool evict_first, u
 template <int R, int P>
 __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out,
                                                                   bool evict_first) {
+    CtaTrace trace(kCtaSmallGemm, N, K);
     extern __shared__ __align__(16) __half xs[];  // [rows][K]
     __shared__ float shared[32];
     constexpr int U = 8 / P;  // 16-byte weight loads per lane and row in one chunk
@@ -147,12 +166,27 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
     advance(next_task, next_chunk);
     if (task < tasks) load(wa, task, chunk);  // weights do not depend on the previous kernel
     if (next_task < tasks) load(wb, next_task, next_chunk);
-    waitForPredecessor();
+    // Nor do the norm's weights (copied to shared memory without passing through registers)
+    // or the step's metadata (uploaded before the step's first kernel): their trips to
+    // memory overlap the previous kernel instead of following it.
+    const bool norm = in.kind == SmallGemmInput::Norm;
+    float* norm_w = reinterpret_cast<float*>(xs + int64_t(rows) * K);
+    float* norm_b = in.norm_b ? norm_w + K : nullptr;
+    if (norm) {
+        copyToShared(norm_w, in.norm_w, K);
+        if (norm_b) copyToShared(norm_b, in.norm_b, K);
+    }
+    int token_row[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) token_row[r] = r < rows && in.row_map ? in.row_map[r] : r;
+    const bool qkv = out.kind == SmallGemmOutput::Qkv && lane < rows;
+    const int qkv_position = qkv ? out.qkv.meta.positions[lane] : 0, qkv_slot = qkv ? out.qkv.meta.slots[lane] : 0;
+    waitForPredecessor(trace);
+    if (norm) asm volatile("cp.async.wait_all;" ::: "memory");  // normRow reads them after a barrier
     for (int r = 0; r < rows; ++r) {
         __half* dst = xs + int64_t(r) * K;
-        if (in.kind == SmallGemmInput::Norm) {
-            const int64_t t = in.row_map ? in.row_map[r] : r;
-            normRow(K, in.residual + t * K, in.norm_w, in.norm_b, in.eps, in.rms, shared, dst);
+        if (norm) {
+            normRow(K, in.residual + int64_t(token_row[r]) * K, norm_w, norm_b, in.eps, in.rms, shared, dst);
         } else {
             const uint4* src = reinterpret_cast<const uint4*>(in.x + int64_t(r) * K);
             for (int j = threadIdx.x; j < K8; j += blockDim.x) reinterpret_cast<uint4*>(dst)[j] = src[j];
@@ -178,7 +212,7 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
                 static_cast<__half*>(out.y)[int64_t(r) * tasks + task] = __float2half(silu(a0) * a1);
             } else {  // Qkv: task = head * D/2 + i
                 const int half = out.qkv.kv.head_dim / 2;
-                storeQkvPair(out.qkv, r, task / half, task % half, a0, a1);
+                storeQkvPair(out.qkv, r, qkv_position, qkv_slot, task / half, task % half, a0, a1);
             }
         } else {
             const int64_t at = int64_t(r) * N + task;
@@ -226,17 +260,20 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
 }
 
 __global__ void qkvToCacheKernel(const __half* qkv, QkvDestination d) {
-    waitForPredecessor();
+    CtaTrace trace(kCtaQkvToCache, d.heads, 0);
+    waitForPredecessor(trace);
     // One CTA per (token, head of q|k|v); thread i owns the pair (i, i + half), stored at
     // columns h*D + 2i and h*D + 2i + 1 of the interleaved row.
     const int t = blockIdx.x, h = blockIdx.y, D = d.kv.head_dim, half = D / 2;
     const int width = (d.heads + 2 * d.kv.kv_heads) * D;
     const __half* row = qkv + int64_t(t) * width + h * D;
-    for (int i = threadIdx.x; i < half; i += blockDim.x) storeQkvPair(d, t, h, i, __half2float(row[2 * i]), __half2float(row[2 * i + 1]));
+    const int position = d.meta.positions[t], slot = d.meta.slots[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) storeQkvPair(d, t, position, slot, h, i, __half2float(row[2 * i]), __half2float(row[2 * i + 1]));
 }
 
 __global__ void mlpActivationKernel(int I, const __half* in, const __half* bias, bool swiglu, __half* out) {
-    waitForPredecessor();
+    CtaTrace trace(kCtaMlpActivation, I, 0);
+    waitForPredecessor(trace);
     const int t = blockIdx.y;
     const __half* row = in + int64_t(t) * (swiglu ? 2 * I : I);
     for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < I; j += gridDim.x * blockDim.x) {
@@ -247,7 +284,8 @@ __global__ void mlpActivationKernel(int I, const __half* in, const __half* bias,
 }
 
 __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
-    waitForPredecessor();
+    CtaTrace trace(kCtaArgmax, n, 0);
+    waitForPredecessor(trace);
     __shared__ float best_value[32];
     __shared__ int best_index[32];
     const float* values = x + int64_t(blockIdx.x) * n;
@@ -306,7 +344,7 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     // 0.943 -> 0.914 (Llama-1.1B). KILN_LLM_WEIGHTS_EVICT_FIRST=0 turns them off.
     static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 1) != 0;
     const int warps = kBlockThreads / 32, tasks = N / P;
-    const size_t smem = size_t(rows) * K * 2;
+    const size_t smem = smallGemmSmem(rows, K, in);
     int per_sm = 1;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P>, kBlockThreads, smem);
     per_sm = std::max(per_sm, 1);
@@ -330,6 +368,12 @@ bool allowSmallGemmSmem(int bytes) {
 }
 
 }  // namespace
+
+void setTraceSink(CtaTraceRecord* records, unsigned* used, unsigned capacity) {
+    const TraceSink sink{records, used, capacity};
+    cudaMemcpyToSymbol(g_trace_sink, &sink, sizeof sink);
+    setAttentionTraceSink(sink);
+}
 
 bool programmaticLaunchEnabled() {
     static const bool on = [] {
@@ -355,7 +399,7 @@ void launchQkvToCache(int T, const __half* qkv, const QkvDestination& d, cudaStr
 }
 
 bool prepareSmallGemm(int max_k) {
-    const int bytes = kSmallGemmMaxRows * max_k * 2;
+    const int bytes = kSmallGemmMaxRows * max_k * 2 + 2 * max_k * 4;
     int device = 0, optin = 0;
     if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return false;
     if (bytes + 1024 > optin) return false;

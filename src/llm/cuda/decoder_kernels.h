@@ -48,6 +48,17 @@ struct QkvDestination {
 // predecessor's tail. On by default; KILN_LLM_PDL=0 turns it off.
 bool programmaticLaunchEnabled();
 
+// The decode step's timeline (KILN_LLM_PROFILE=timeline, step_timeline.h): thread 0 of each
+// CTA of the decoder's kernels notes, in %globaltimer ns, when the CTA started, when its
+// wait for the previous kernel returned and when it ended. Off (no sink) by default.
+struct CtaTraceRecord {
+    unsigned long long start, waited, end;
+    int kind, n, k, grid;  // kind: CtaKind; n, k: the GEMM's N and K, or heads and tokens
+};
+enum CtaKind { kCtaEmbed = 1, kCtaAddNorm, kCtaSmallGemm, kCtaQkvToCache, kCtaAttention, kCtaMlpActivation, kCtaArgmax };
+// Records go to records[atomicAdd(used, 1)] while below capacity; null records: off.
+void setTraceSink(CtaTraceRecord* records, unsigned* used, unsigned capacity);
+
 // x[t] = wte[token] (+ wpe[position]), f32 residual stream. The step's first kernel.
 void launchEmbed(int T, int H, const StepMeta& m, const __half* wte, const __half* wpe, float* x, cudaStream_t s);
 // For each output row r (token row_map[r], or r): x += add + bias (when add), then
