@@ -113,7 +113,7 @@ public:
         // The fused small GEMM needs 16-byte rows and its input rows in shared memory.
         const int64_t max_k = std::max({c.hidden, c.heads * c.head_dim, c.intermediate});
         small_gemm_ = options.small_gemm && c.hidden % 8 == 0 && (c.heads * c.head_dim) % 8 == 0 && c.intermediate % 8 == 0 &&
-                      cuda::prepareSmallGemm(static_cast<int>(max_k));
+                      cuda::prepareSmallGemm(static_cast<int>(max_k), static_cast<int>(c.hidden));
         sms_ = prop.multiProcessorCount;
         // Split-key attention applies below two CTAs per SM: (token, head) pairs up to 2 x SMs.
         attention_scratch_.sms = prop.multiProcessorCount;

@@ -125,10 +125,10 @@ __device__ __forceinline__ void copyToShared(float* dst, const float* src, int n
     }
 }
 
-// Dynamic shared memory of a small GEMM: the input rows (f16), then a norm's weight and bias.
-__host__ __device__ inline size_t smallGemmSmem(int rows, int K, const SmallGemmInput& in) {
-    return size_t(rows) * K * 2 + (in.kind == SmallGemmInput::Norm ? size_t(in.norm_b ? 2 : 1) * K * 4 : 0);
-}
+// Dynamic shared memory of a small GEMM: the input rows (f16), then a norm's weight and
+// bias when there are (norm_vectors 1 or 2, f32).
+inline size_t smallGemmSmem(int rows, int K, int norm_vectors) { return size_t(rows) * K * 2 + size_t(norm_vectors) * K * 4; }
+inline int normVectors(const SmallGemmInput& in) { return in.kind == SmallGemmInput::Norm ? (in.norm_b ? 2 : 1) : 0; }
 
 // y[r] = in[r] * W^T for a few rows (R at most): a warp per task of P adjacent output rows
 // (P = 2 for the interleaved pairs) streams those weight rows in chunks of 16-byte loads,
@@ -344,7 +344,7 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     // 0.943 -> 0.914 (Llama-1.1B). KILN_LLM_WEIGHTS_EVICT_FIRST=0 turns them off.
     static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 1) != 0;
     const int warps = kBlockThreads / 32, tasks = N / P;
-    const size_t smem = smallGemmSmem(rows, K, in);
+    const size_t smem = smallGemmSmem(rows, K, normVectors(in));
     int per_sm = 1;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P>, kBlockThreads, smem);
     per_sm = std::max(per_sm, 1);
@@ -398,8 +398,8 @@ void launchQkvToCache(int T, const __half* qkv, const QkvDestination& d, cudaStr
     launchDependent(qkvToCacheKernel, dim3(T, d.heads + 2 * d.kv.kv_heads), dim3(d.kv.head_dim / 2), 0, s, qkv, d);
 }
 
-bool prepareSmallGemm(int max_k) {
-    const int bytes = kSmallGemmMaxRows * max_k * 2 + 2 * max_k * 4;
+bool prepareSmallGemm(int max_k, int norm_k) {
+    const int bytes = static_cast<int>(std::max(smallGemmSmem(kSmallGemmMaxRows, max_k, 0), smallGemmSmem(kSmallGemmMaxRows, norm_k, 2)));
     int device = 0, optin = 0;
     if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return false;
     if (bytes + 1024 > optin) return false;

@@ -104,9 +104,10 @@ struct SmallGemmOutput {
     const __half* bias = nullptr;
     QkvDestination qkv;
 };
-// Allows the shared memory the largest K needs; false when the device cannot (then the
-// caller keeps to cuBLAS). K must be a multiple of 8.
-bool prepareSmallGemm(int max_k);
+// Allows the shared memory the largest K needs, and a norm's weights for the norm prologue's
+// K (the hidden size); false when the device cannot (then the caller keeps to cuBLAS). K
+// must be a multiple of 8.
+bool prepareSmallGemm(int max_k, int norm_k);
 void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s);
 // ids[r] = the index of row r's largest value (the lowest on ties), rows [rows][n]; NaNs never win.
 void launchArgmax(int rows, int n, const float* x, int32_t* ids, cudaStream_t s);
