@@ -67,6 +67,23 @@ private:
 
 size_t utf8Length(unsigned char lead) { return lead < 0x80 ? 1 : (lead >> 5) == 6 ? 2 : (lead >> 4) == 14 ? 3 : (lead >> 3) == 30 ? 4 : 1; }
 
+// The length of the well-formed UTF-8 character text starts with, or 0 (overlong forms,
+// surrogates and code points past U+10FFFF are malformed, as sentencepiece decides).
+size_t validUtf8Length(std::string_view text) {
+    const auto byte = [&](size_t i) { return static_cast<unsigned char>(text[i]); };
+    const size_t len = utf8Length(byte(0));
+    if (len == 1) return byte(0) < 0x80 ? 1 : 0;
+    if (text.size() < len) return 0;
+    uint32_t cp = byte(0) & (0x7f >> len);
+    for (size_t i = 1; i < len; ++i) {
+        if ((byte(i) & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (byte(i) & 0x3f);
+    }
+    const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
 }  // namespace
 
 SentencePieceTokenizer SentencePieceTokenizer::load(const std::filesystem::path& model_file) {
@@ -108,7 +125,8 @@ SentencePieceTokenizer SentencePieceTokenizer::parse(const std::string& data, co
             Wire s(model.lengthDelimited(), where);
             while (!s.done()) {
                 auto [f, w] = s.tag();
-                if (f == 3 && w == 0) t.add_dummy_prefix_ = s.varint() != 0;
+                if (f == 2 && w == 2) t.readCharsmap(s.lengthDelimited(), where);
+                else if (f == 3 && w == 0) t.add_dummy_prefix_ = s.varint() != 0;
                 else if (f == 4 && w == 0) remove_extra_whitespace = s.varint() != 0;
                 else if (f == 5 && w == 0) t.escape_whitespace_ = s.varint() != 0;
                 else s.skip(w);
@@ -213,24 +231,79 @@ std::vector<int64_t> SentencePieceTokenizer::encodeUnigram(const std::string& te
     return out;
 }
 
-std::vector<int64_t> SentencePieceTokenizer::encode(const std::string& text_in) const {
-    std::string text = text_in;
-    if (remove_extra_whitespace_) {  // trim and collapse runs of spaces
-        std::string collapsed;
-        for (char c : text)
-            if (c != ' ' || (!collapsed.empty() && collapsed.back() != ' ')) collapsed += c;
-        while (!collapsed.empty() && collapsed.back() == ' ') collapsed.pop_back();
-        text = collapsed;
+void SentencePieceTokenizer::readCharsmap(std::string_view blob, const std::string& where) {
+    // [trie size, u32 LE][trie: u32 LE units][replacements, NUL-terminated]
+    if (blob.empty()) return;
+    check(blob.size() >= 4, where + ": precompiled character map shorter than its header");
+    uint32_t trie_bytes = 0;
+    for (int i = 0; i < 4; ++i) trie_bytes |= uint32_t(static_cast<unsigned char>(blob[i])) << (8 * i);
+    check(trie_bytes % 4 == 0 && trie_bytes >= 4 && trie_bytes <= blob.size() - 4, where + ": precompiled character map has a bad trie size");
+    charsmap_trie_.assign(trie_bytes / 4, 0);
+    for (size_t u = 0; u < charsmap_trie_.size(); ++u)
+        for (int i = 0; i < 4; ++i) charsmap_trie_[u] |= uint32_t(static_cast<unsigned char>(blob[4 + 4 * u + i])) << (8 * i);
+    charsmap_replacements_ = std::string(blob.substr(4 + trie_bytes));
+}
+
+std::pair<std::string_view, size_t> SentencePieceTokenizer::normalizePrefix(std::string_view text) const {
+    // Darts-clone's common prefix search, keeping the longest match. A unit holds
+    // label = unit & (1 << 31 | 0xff), has_leaf = bit 8, offset = (unit >> 10) << ((unit & 1 << 9) >> 6),
+    // and a leaf's value = unit & 0x7fffffff; out-of-range positions end the search.
+    size_t longest = 0, value = 0;
+    const auto& a = charsmap_trie_;
+    if (!a.empty()) {
+        const auto offset = [](uint32_t unit) { return size_t(unit >> 10) << ((unit & (1u << 9)) >> 6); };
+        size_t node = offset(a[0]);
+        for (size_t i = 0; i < text.size(); ++i) {
+            const unsigned char c = static_cast<unsigned char>(text[i]);
+            node ^= c;
+            if (node >= a.size() || (a[node] & (1u << 31 | 0xff)) != c) break;
+            const bool leaf = (a[node] >> 8) & 1;
+            node ^= offset(a[node]);
+            if (node >= a.size()) break;
+            if (leaf) longest = i + 1, value = a[node] & 0x7fffffffu;
+        }
     }
+    if (longest > 0 && value < charsmap_replacements_.size()) return {std::string_view(charsmap_replacements_.c_str() + value), longest};
+    const size_t len = validUtf8Length(text);
+    if (len == 0) return {"\xEF\xBF\xBD", 1};  // malformed: U+FFFD for one byte
+    return {text.substr(0, len), len};
+}
+
+// As sentencepiece's Normalizer::Normalize: character map first, then whitespace on the
+// mapped text (maps may turn tabs or ideographic spaces into spaces).
+std::string SentencePieceTokenizer::normalize(const std::string& text_in) const {
+    std::string_view text = text_in;
+    std::string out;
+    if (remove_extra_whitespace_)
+        while (!text.empty()) {  // leading spaces
+            const auto [piece, used] = normalizePrefix(text);
+            if (piece != " ") break;
+            text.remove_prefix(used);
+        }
+    if (text.empty()) return out;
+    const std::string space = escape_whitespace_ ? kSpace : " ";
+    if (add_dummy_prefix_) out += space;
+    bool prev_space = remove_extra_whitespace_;
+    while (!text.empty()) {
+        auto [piece, used] = normalizePrefix(text);
+        while (prev_space && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
+        if (!piece.empty()) {
+            for (char c : piece) out += c == ' ' ? space : std::string(1, c);
+            prev_space = piece.back() == ' ';
+        }
+        text.remove_prefix(used);
+        if (!remove_extra_whitespace_) prev_space = false;
+    }
+    if (remove_extra_whitespace_)
+        while (out.size() >= space.size() && out.compare(out.size() - space.size(), space.size(), space) == 0) out.resize(out.size() - space.size());
+    return out;
+}
+
+std::vector<int64_t> SentencePieceTokenizer::encode(const std::string& text_in) const {
+    const std::string text = normalize(text_in);
     std::vector<int64_t> out;
     if (bos_ >= 0) out.push_back(bos_);
     if (text.empty()) return out;
-    if (add_dummy_prefix_) text = " " + text;
-    if (escape_whitespace_) {
-        std::string escaped;
-        for (char c : text) escaped += c == ' ' ? kSpace : std::string(1, c);
-        text = escaped;
-    }
     if (unigram_) {
         auto ids = encodeUnigram(text);
         out.insert(out.end(), ids.begin(), ids.end());

@@ -3,11 +3,15 @@
 // read straight from the wire format (Debian's libsentencepiece cannot share a process with
 // the protobuf ONNX links). BPE models merge the best-scoring adjacent pair first; unigram
 // models take the best-scoring segmentation (Viterbi). Unknown characters fall back to
-// <0xXX> byte pieces when the model has them. Normalization: whitespace escaped as U+2581
-// and the dummy prefix; NFKC character maps are not applied.
+// <0xXX> byte pieces when the model has them. Normalization as sentencepiece's Normalizer:
+// the model's precompiled character map (NFKC for nmt_nfkc models; a double-array trie whose
+// longest match at each position is replaced), extra whitespace removed, the dummy prefix, and
+// whitespace escaped as U+2581.
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -38,6 +42,12 @@ public:
 private:
     std::vector<int64_t> encodeBpe(const std::vector<std::string>& symbols) const;
     std::vector<int64_t> encodeUnigram(const std::string& text) const;
+    // The model's normalized form of text, ready to split into pieces.
+    std::string normalize(const std::string& text) const;
+    // The replacement of text's longest prefix the character map has (or of its first
+    // character: itself, U+FFFD when malformed), and the bytes it consumes.
+    std::pair<std::string_view, size_t> normalizePrefix(std::string_view text) const;
+    void readCharsmap(std::string_view blob, const std::string& where);
     void appendSymbol(const std::string& symbol, std::vector<int64_t>& out) const;
 
     std::vector<Piece> pieces_;
@@ -46,6 +56,10 @@ private:
     bool unigram_ = false, byte_fallback_ = false, add_dummy_prefix_ = true, escape_whitespace_ = true, remove_extra_whitespace_ = true;
     int64_t unk_ = 0, bos_ = -1, byte_piece_[256];
     size_t max_piece_bytes_ = 1;
+    // The precompiled character map: a Darts-clone double array and the replacements
+    // (NUL-terminated) its leaves point into. Empty: identity.
+    std::vector<uint32_t> charsmap_trie_;
+    std::string charsmap_replacements_;
 };
 
 }  // namespace kiln::llm

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "ir/error.h"
 #include "llm/sentencepiece_tokenizer.h"
@@ -111,3 +112,26 @@ TEST(SentencePiece, FoldersAndCorruptFiles) {
 }
 
 }  // namespace
+
+// A model trained by Debian's spm_train with its default NFKC normalization
+// (scripts/make_sentencepiece_nfkc_test.sh): the character map folds full-width letters,
+// ligatures, circled digits, squared words and tabs or ideographic spaces, whitespace runs
+// collapse after it, and a malformed byte becomes U+FFFD; every case must give the ids
+// spm_encode gave (after our leading <s>).
+TEST(SentencePiece, NfkcModelMatchesSpmEncode) {
+    const std::filesystem::path dir = std::filesystem::path(KILN_SOURCE_DIR) / "tests" / "data" / "sentencepiece_nfkc";
+    const auto t = SentencePieceTokenizer::load(dir / "tokenizer.model");
+    std::ifstream cases(dir / "cases.txt");
+    std::string hex, ids_line;
+    int checked = 0;
+    while (std::getline(cases, hex) && std::getline(cases, ids_line)) {
+        std::string text;
+        for (size_t i = 0; i + 1 < hex.size(); i += 2) text += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+        std::vector<int64_t> want = {1};  // <s>
+        std::istringstream ids(ids_line);
+        for (int64_t id; ids >> id;) want.push_back(id);
+        EXPECT_EQ(t.encode(text), want) << "input hex " << hex;
+        ++checked;
+    }
+    EXPECT_EQ(checked, 10);
+}
