@@ -288,7 +288,9 @@ std::string SentencePieceTokenizer::normalize(const std::string& text_in) const 
         auto [piece, used] = normalizePrefix(text);
         while (prev_space && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
         if (!piece.empty()) {
-            for (char c : piece) out += c == ' ' ? space : std::string(1, c);
+            for (char c : piece)
+                if (c == ' ') out += space;
+                else out += c;
             prev_space = piece.back() == ' ';
         }
         text.remove_prefix(used);

@@ -25,40 +25,17 @@ int64_t normalizeAxis(int64_t axis, int64_t rank, const KernelContext& ctx) {
 }
 
 std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims) {
-    const size_t rank = out_dims.size();
-    // Every caller relies on this: `in_dims` must broadcast to `out_dims`.
-    check(in_dims.size() <= rank, "cannot broadcast " + dimsToString(in_dims) + " to " + dimsToString(out_dims));
-    for (size_t i = 0; i < in_dims.size(); ++i) {
-        const int64_t in = in_dims[i], out = out_dims[rank - in_dims.size() + i];
-        check(in == out || in == 1, "cannot broadcast " + dimsToString(in_dims) + " to " + dimsToString(out_dims));
-    }
-    for (int64_t d : out_dims) check(d >= 0, "negative dimension in " + dimsToString(out_dims));
-    Dims padded(rank, 1);
-    for (size_t i = 0; i < in_dims.size(); ++i) padded[rank - in_dims.size() + i] = in_dims[i];
-    Dims in_strides = stridesOf(padded);
-    for (size_t i = 0; i < rank; ++i)
-        if (padded[i] == 1) in_strides[i] = 0;
-    const int64_t n = numElements(out_dims);
-    std::vector<int64_t> offsets(static_cast<size_t>(n));
-    Dims idx(rank, 0);
-    int64_t off = 0;
-    for (int64_t i = 0; i < n; ++i) {
-        offsets[i] = off;
-        for (int64_t d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
-            if (++idx[d] < out_dims[d]) {
-                off += in_strides[d];
-                break;
-            }
-            off -= in_strides[d] * (out_dims[d] - 1);
-            idx[d] = 0;
-        }
-    }
+    const BroadcastRuns runs(out_dims, {in_dims});  // checks that in_dims broadcasts, as every caller relies on
+    std::vector<int64_t> offsets(static_cast<size_t>(numElements(out_dims)));
+    const int64_t len = runs.length(), step = runs.step(0);
+    runs.forEach([&](int64_t o, const int64_t* in) {
+        for (int64_t j = 0; j < len; ++j) offsets[static_cast<size_t>(o + j)] = in[0] + j * step;
+    });
     return offsets;
 }
 
 BroadcastRuns::BroadcastRuns(const Dims& out_dims, const std::vector<Dims>& in_dims) {
     const size_t rank = out_dims.size();
-    for (int64_t d : out_dims) check(d >= 0, "negative dimension in " + dimsToString(out_dims));
     if (rank > 0) outer_.assign(out_dims.begin(), out_dims.end() - 1), length_ = out_dims.back();
     for (const Dims& in : in_dims) {
         check(in.size() <= rank, "cannot broadcast " + dimsToString(in) + " to " + dimsToString(out_dims));
@@ -75,6 +52,7 @@ BroadcastRuns::BroadcastRuns(const Dims& out_dims, const std::vector<Dims>& in_d
         if (rank > 0) strides.pop_back();
         strides_.push_back(std::move(strides));
     }
+    for (int64_t d : out_dims) check(d >= 0, "negative dimension in " + dimsToString(out_dims));
 }
 
 Tensor legacyBroadcastOperand(const Tensor& a, const Tensor& b, const KernelContext& ctx) {
