@@ -2,13 +2,15 @@
 // - nhwc: 2-D Conv/FusedConv nodes run on channels-last data: the activation is transposed to
 //   NHWC before and back to NCHW after the conv (the node gets data_layout="NHWC"); adjacent
 //   transposes cancel afterwards.
-// - nchw8c (CPU): conv chains run on channel-blocked activations (channel_blocks.h) with
-//   weights packed at build time, the layout oneDNN's AVX2 convolutions read directly. A
+// - nchw8c / nchw16c (CPU): conv chains run on channel-blocked activations (channel_blocks.h)
+//   with weights packed at build time, the layouts oneDNN's AVX2 (8) and AVX-512 (16)
+//   convolutions read directly. A
 //   BlockChannels node enters a chain and an UnblockChannels node leaves it only where a
 //   value meets a node outside it, so a CNN's conv stack stays blocked end to end; pooling
 //   on a chain's output joins it (BlockedPool).
-// - auto: nchw8c on the CPU when Kiln has oneDNN (the only kernels that run it fast), else
-//   NCHW.
+// - auto: on the CPU when Kiln has oneDNN (the only kernels that run it fast), nchw16c where
+//   the building machine has AVX-512 (oneDNN runs 8-channel blocks with its AVX2 kernels:
+//   half the vector width) and nchw8c elsewhere; else NCHW.
 #include <map>
 #include <set>
 
@@ -25,6 +27,15 @@ constexpr bool kBlockedConvKernels = true;
 #else
 constexpr bool kBlockedConvKernels = false;
 #endif
+
+bool buildMachineHasAvx512() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const bool has = __builtin_cpu_supports("avx512f");
+    return has;
+#else
+    return false;
+#endif
+}
 
 void assignChannelsLastLayout(Graph& g) {
     std::vector<Node> added;
@@ -62,7 +73,7 @@ void assignChannelsLastLayout(Graph& g) {
 // The packed weight layout a conv runs with on blocked data, or "" when it cannot: f32
 // constant 2-D weights, explicit pads, and either one group (a plain input when it has fewer
 // than 8 channels, as a first layer does) or depthwise (one filter per channel).
-std::string blockedWeightLayout(const Graph& g, const Node& n) {
+std::string blockedWeightLayout(const Graph& g, const Node& n, int64_t block) {
     if ((n.op_type != "Conv" || !n.domain.empty()) && (n.op_type != "FusedConv" || n.domain != "kiln")) return "";
     if (n.attrs.getString("data_layout", "NCHW") != "NCHW" || n.inputs.size() < 2) return "";
     const std::string pad = n.attrs.getString("auto_pad", "NOTSET");
@@ -72,8 +83,8 @@ std::string blockedWeightLayout(const Graph& g, const Node& n) {
     if (const ValueInfo* x = g.findValueInfo(n.inputs[0]))
         if ((x->dtype != DType::Undefined && x->dtype != DType::F32) || (x->shape.rank_known && x->shape.dims.size() != 4)) return "";
     const int64_t group = n.attrs.getInt("group", 1), out_channels = w->dims()[0], per_group = w->dims()[1];
-    if (group == 1) return per_group < kChannelBlock ? "Ohwi8o" : "OIhw8i8o";
-    return per_group == 1 && out_channels == group ? "Goihw8g" : "";
+    if (group == 1) return packedConvWeightLayout(per_group < kChannelBlock ? PackedConvWeights::Ohwio : PackedConvWeights::OIhwIO, block);
+    return per_group == 1 && out_channels == group ? packedConvWeightLayout(PackedConvWeights::Goihwg, block) : "";
 }
 
 // A pooling node that can stay in a blocked chain: 2-D windows or global, one output.
@@ -83,14 +94,14 @@ bool blockablePool(const Node& n) {
     return n.op_type.rfind("Global", 0) == 0 || n.attrs.getInts("kernel_shape").size() == 2;
 }
 
-void assignBlockedLayout(Graph& g) {
+void assignBlockedLayout(Graph& g, int64_t block) {
     // In graph (topological) order: convs by their weights, pools when their input comes
     // blocked from a node converted before them.
     std::map<size_t, std::string> converted;  // node index -> packed weight layout, or "pool"
     std::map<std::string, int64_t> channels;  // output of a converted node -> its channel count
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         const Node& n = g.nodes[i];
-        std::string kind = blockedWeightLayout(g, n);
+        std::string kind = blockedWeightLayout(g, n, block);
         if (!kind.empty()) channels[n.outputs[0]] = constantOf(g, n.inputs[1])->dims()[0];
         else if (blockablePool(n) && channels.count(n.inputs[0])) kind = "pool", channels[n.outputs[0]] = channels[n.inputs[0]];
         if (!kind.empty()) converted[i] = kind;
@@ -99,12 +110,14 @@ void assignBlockedLayout(Graph& g) {
     // A converted node's output also exists in NCHW (an UnblockChannels node) when anything
     // but a converted node's blocked input or residual reads it.
     const GraphIndex index(g);
+    const std::string plain_input = packedConvWeightLayout(PackedConvWeights::Ohwio, block), data_layout = blockedDataLayout(block);
+    const std::string suffix = "_nchw" + std::to_string(block) + "c";
     auto readsBlocked = [&](int c, const std::string& v) {
         const auto it = converted.find(static_cast<size_t>(c));
         if (it == converted.end()) return false;
         const Node& n = g.nodes[it->first];
         for (size_t k = 0; k < n.inputs.size(); ++k)
-            if (n.inputs[k] == v && !((k == 3 && it->second != "pool") || (k == 0 && it->second != "Ohwi8o"))) return false;
+            if (n.inputs[k] == v && !((k == 3 && it->second != "pool") || (k == 0 && it->second != plain_input))) return false;
         return true;
     };
     std::map<std::string, std::string> blocked;  // NCHW value -> its blocked twin
@@ -113,11 +126,13 @@ void assignBlockedLayout(Graph& g) {
     auto blockedValue = [&](const std::string& v) {
         auto it = blocked.find(v);
         if (it != blocked.end()) return it->second;
-        const std::string name = freshName(g, v + "_nchw8c");
-        added.push_back(Node{freshName(g, name + "_block"), "BlockChannels", "kiln", {v}, {name}, {}});
+        const std::string name = freshName(g, v + suffix);
+        Node to_blocked{freshName(g, name + "_block"), "BlockChannels", "kiln", {v}, {name}, {}};
+        to_blocked.attrs.set("block", block);
+        added.push_back(to_blocked);
         return blocked[v] = name;
     };
-    for (const auto& [v, c] : channels) blocked[v] = freshName(g, v + "_nchw8c");
+    for (const auto& [v, c] : channels) blocked[v] = freshName(g, v + suffix);
     for (const auto& [i, kind] : converted) {
         Node& n = g.nodes[i];
         const std::string out = n.outputs[0];
@@ -135,11 +150,11 @@ void assignBlockedLayout(Graph& g) {
             }
             n.inputs.resize(std::max<size_t>(n.inputs.size(), 3));
             n.inputs[1] = pw;
-            if (kind != "Ohwi8o") n.inputs[0] = blockedValue(n.inputs[0]);
+            if (kind != plain_input) n.inputs[0] = blockedValue(n.inputs[0]);
             else n.attrs.set("src_layout", std::string("NCHW"));
             if (n.hasInput(3)) n.inputs[3] = blockedValue(n.inputs[3]);
             n.op_type = "FusedConv";
-            n.attrs.set("data_layout", std::string("NCHW8c"));
+            n.attrs.set("data_layout", data_layout);
             n.attrs.set("weight_layout", kind);
             n.attrs.set("weight_dims", std::vector<int64_t>(w.dims().begin(), w.dims().end()));
         }
@@ -161,16 +176,18 @@ void assignConvLayout(Graph& g, const RouteValues& route) {
     const std::string& layout = routeValue(route, "layout.conv");
     const bool cpu = passTarget(route) == "cpu";
     if (layout == "nhwc") assignChannelsLastLayout(g);
-    else if (cpu && (layout == "nchw8c" || (layout == "auto" && kBlockedConvKernels))) assignBlockedLayout(g);
+    else if (cpu && layout == "nchw8c") assignBlockedLayout(g, kChannelBlock);
+    else if (cpu && layout == "nchw16c") assignBlockedLayout(g, kWideChannelBlock);
+    else if (cpu && layout == "auto" && kBlockedConvKernels) assignBlockedLayout(g, buildMachineHasAvx512() ? kWideChannelBlock : kChannelBlock);
 }
 
 }  // namespace
 
 Pass layoutAssignmentPass() {
     return {"layout_assignment",
-            {{"layout.conv", {"auto", "nchw", "nhwc", "nchw8c"}, "auto", "layout_assignment",
-              "Data layout of 2-D convolutions: channels-first, channels-last, channel-blocked by 8 (CPU only; packed weights), or auto "
-              "(nchw8c on the CPU with oneDNN, else nchw)"}},
+            {{"layout.conv", {"auto", "nchw", "nhwc", "nchw8c", "nchw16c"}, "auto", "layout_assignment",
+              "Data layout of 2-D convolutions: channels-first, channels-last, channel-blocked by 8 or 16 (CPU only; packed weights), or "
+              "auto (on the CPU with oneDNN nchw16c where the building machine has AVX-512, else nchw8c; else nchw)"}},
             assignConvLayout};
 }
 

@@ -187,6 +187,15 @@ TEST(FastBackend, ChannelBlockKernelsMatchReference) {
             for (int64_t p = 0; p < 15; ++p)
                 EXPECT_EQ(y.data<float>()[((n * 2 + c / 8) * 15 + p) * 8 + c % 8], c < 11 ? x.data<float>()[(n * 11 + c) * 15 + p] : 0.f);
     EXPECT_EQ(compareOutputs(unblockChannels(y, 11), x, "x").max_abs, 0.0);
+    const Tensor x16 = randomTensor({2, 19, 3, 5}, rng), y16 = blockChannels(x16, 16);  // blocks of 16 (AVX-512)
+    ASSERT_EQ(y16.dims(), (Dims{2, 2, 3, 5, 16}));
+    for (int64_t n = 0; n < 2; ++n)
+        for (int64_t c = 0; c < 32; ++c)
+            for (int64_t p = 0; p < 15; ++p)
+                EXPECT_EQ(y16.data<float>()[((n * 2 + c / 16) * 15 + p) * 16 + c % 16], c < 19 ? x16.data<float>()[(n * 19 + c) * 15 + p] : 0.f);
+    EXPECT_EQ(compareOutputs(unblockChannels(y16, 19), x16, "x").max_abs, 0.0);
+    EXPECT_THROW(blockChannels(x, 4), Error);
+    EXPECT_THROW(unblockChannels(y16, 11), Error);  // 11 channels fill one block of 16, not two
     const Tensor w = randomTensor({10, 9, 2, 3}, rng), dw = randomTensor({10, 1, 3, 3}, rng);
     const Tensor oi = packConvWeights(w, "OIhw8i8o"), ohwi = packConvWeights(w, "Ohwi8o"), g = packConvWeights(dw, "Goihw8g");
     EXPECT_EQ(oi.dims(), (Dims{2, 2, 2, 3, 8, 8}));
@@ -197,13 +206,25 @@ TEST(FastBackend, ChannelBlockKernelsMatchReference) {
     EXPECT_EQ(compareOutputs(unpackConvWeights(oi, "OIhw8i8o", w.dims()), w, "w").max_abs, 0.0);
     EXPECT_EQ(compareOutputs(unpackConvWeights(ohwi, "Ohwi8o", w.dims()), w, "w").max_abs, 0.0);
     EXPECT_EQ(compareOutputs(unpackConvWeights(g, "Goihw8g", dw.dims()), dw, "w").max_abs, 0.0);
-    for (int64_t C : {3, 8, 20})
-        for (auto [h, w2] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {5, 7}, {1, 1}, {13, 9}}) {
-            expectTacticMatchesReference(Case{node("BlockChannels", "kiln"), {randomTensor({2, C, h, w2}, rng)}}, "fast");
-            Case u{node("UnblockChannels", "kiln"), {blockChannels(randomTensor({2, C, h, w2}, rng))}};
-            u.node.attrs.set("channels", C);
-            expectTacticMatchesReference(u, "fast");
-        }
+    const Tensor oi16 = packConvWeights(w, "OIhw16i16o"), ohwi16 = packConvWeights(w, "Ohwi16o"), g16 = packConvWeights(dw, "Goihw16g");
+    EXPECT_EQ(oi16.dims(), (Dims{1, 1, 2, 3, 16, 16}));
+    EXPECT_EQ(oi16.data<float>()[(((1 * 3 + 2) * 16 + 8) * 16) + 9], wv);
+    EXPECT_EQ(ohwi16.data<float>()[((1 * 3 + 2) * 9 + 8) * 16 + 9], wv);
+    EXPECT_EQ(g16.data<float>()[((2 * 3 + 1) * 16) + 9], dw.data<float>()[(9 * 3 + 2) * 3 + 1]);
+    EXPECT_EQ(compareOutputs(unpackConvWeights(oi16, "OIhw16i16o", w.dims()), w, "w").max_abs, 0.0);
+    EXPECT_EQ(compareOutputs(unpackConvWeights(ohwi16, "Ohwi16o", w.dims()), w, "w").max_abs, 0.0);
+    EXPECT_EQ(compareOutputs(unpackConvWeights(g16, "Goihw16g", dw.dims()), dw, "w").max_abs, 0.0);
+    EXPECT_THROW(packConvWeights(w, "OIhw4i4o"), Error);
+    for (int64_t block : {8, 16})
+        for (int64_t C : {3, 8, 20, 35})
+            for (auto [h, w2] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {5, 7}, {1, 1}, {13, 9}}) {
+                Case b{node("BlockChannels", "kiln"), {randomTensor({2, C, h, w2}, rng)}};
+                b.node.attrs.set("block", block);
+                expectTacticMatchesReference(b, "fast");
+                Case u{node("UnblockChannels", "kiln"), {blockChannels(randomTensor({2, C, h, w2}, rng), block)}};
+                u.node.attrs.set("channels", C);
+                expectTacticMatchesReference(u, "fast");
+            }
     struct Pool {
         const char* op;
         std::vector<int64_t> kernel, strides, pads;
@@ -214,10 +235,11 @@ TEST(FastBackend, ChannelBlockKernelsMatchReference) {
                                            {"AveragePool", {2, 2}, {1, 1}, {1, 1, 0, 0}, 0},
                                            {"AveragePool", {3, 3}, {2, 2}, {0, 0, 0, 0}, 1},
                                            {"GlobalAveragePool", {}, {}, {}, 0},
-                                           {"GlobalMaxPool", {}, {}, {}, 0}}) {
+                                           {"GlobalMaxPool", {}, {}, {}, 0}})
+    for (int64_t block : {8, 16}) {
         Tensor in = randomTensor({2, 12, 7, 9}, rng);
         if (std::string(p.op) == "MaxPool") in.data<float>()[17] = NAN;  // NaN wins a max window
-        Case c{node("BlockedPool", "kiln"), {blockChannels(in)}};
+        Case c{node("BlockedPool", "kiln"), {blockChannels(in, block)}};
         c.node.attrs.set("pool", std::string(p.op));
         c.node.attrs.set("channels", int64_t{12});
         if (!p.kernel.empty()) {
@@ -243,7 +265,7 @@ TEST(FastBackend, ChannelBlockKernelsMatchReference) {
     }
 }
 
-// Channel-blocked convs (layout.conv=nchw8c): the dnnl tactic (when built with oneDNN) and the
+// Channel-blocked convs (layout.conv=nchw8c and nchw16c): the dnnl tactic (when built with oneDNN) and the
 // reference kernel, on blocked inputs and packed weights, against the plain NCHW reference
 // conv of the same node, blocked afterwards (padded lanes must come out zero).
 TEST(FastBackend, BlockedConvMatchesThePlainReference) {
@@ -270,33 +292,37 @@ TEST(FastBackend, BlockedConvMatchesThePlainReference) {
     std::vector<std::string> tactics = {"reference"};
     for (const auto& t : fastTactics())
         if (t.name == "dnnl" && t.op_class == "conv") tactics.push_back("dnnl");
-    for (const Geo& geo : geos) {
-        const int64_t N = 2, H = 9, W = 11;
-        const int64_t OH = (H + geo.pt + geo.pb - (geo.k - 1) * geo.dil - 1) / geo.stride + 1, OW = (W + geo.pl + geo.pr - (geo.k - 1) * geo.dil - 1) / geo.stride + 1;
-        const Tensor x = randomTensor({N, geo.c, H, W}, rng), w = randomTensor({geo.m, geo.c / geo.group, geo.k, geo.k}, rng);
-        const Tensor b = geo.bias ? randomTensor({geo.m}, rng) : Tensor{}, z = geo.residual ? randomTensor({N, geo.m, OH, OW}, rng) : Tensor{};
-        Node plain = node("FusedConv", "kiln");
-        plain.attrs.set("strides", std::vector<int64_t>{geo.stride, geo.stride});
-        plain.attrs.set("pads", std::vector<int64_t>{geo.pt, geo.pl, geo.pb, geo.pr});
-        plain.attrs.set("dilations", std::vector<int64_t>{geo.dil, geo.dil});
-        plain.attrs.set("group", geo.group);
-        plain.attrs.set("activation", std::string(geo.act));
-        plain.attrs.set("activation_params", std::string(geo.act) == "LeakyRelu" ? std::vector<float>{0.1f} : std::vector<float>{-0.5f, 0.5f});
-        const Tensor want = blockChannels(referenceKernels().find("FusedConv")(KernelContext{plain, {&x, &w, b.defined() ? &b : nullptr, z.defined() ? &z : nullptr}, 17, nullptr})[0]);
-        const std::string layout = geo.group > 1 ? "Goihw8g" : geo.c < 8 ? "Ohwi8o" : "OIhw8i8o";
-        Node blocked = plain;
-        blocked.attrs.set("data_layout", std::string("NCHW8c"));
-        blocked.attrs.set("weight_layout", layout);
-        blocked.attrs.set("weight_dims", std::vector<int64_t>(w.dims().begin(), w.dims().end()));
-        if (layout == "Ohwi8o") blocked.attrs.set("src_layout", std::string("NCHW"));
-        const Tensor bx = layout == "Ohwi8o" ? x : blockChannels(x), bw = packConvWeights(w, layout), bz = z.defined() ? blockChannels(z) : Tensor{};
-        const KernelContext ctx{blocked, {&bx, &bw, b.defined() ? &b : nullptr, bz.defined() ? &bz : nullptr}, 17, nullptr};
-        for (const auto& tactic : tactics) {
-            const Tensor got = kernelForTactic(blocked, tactic)(ctx)[0];
-            ASSERT_EQ(got.dims(), want.dims()) << tactic;
-            EXPECT_LT(compareOutputs(got, want, "y").rel_l2, 1e-5) << tactic << " " << layout << " " << geo.act << " c" << geo.c << " m" << geo.m << " k" << geo.k;
+    for (int64_t block : {8, 16})
+        for (const Geo& geo : geos) {
+            const int64_t N = 2, H = 9, W = 11;
+            const int64_t OH = (H + geo.pt + geo.pb - (geo.k - 1) * geo.dil - 1) / geo.stride + 1, OW = (W + geo.pl + geo.pr - (geo.k - 1) * geo.dil - 1) / geo.stride + 1;
+            const Tensor x = randomTensor({N, geo.c, H, W}, rng), w = randomTensor({geo.m, geo.c / geo.group, geo.k, geo.k}, rng);
+            const Tensor b = geo.bias ? randomTensor({geo.m}, rng) : Tensor{}, z = geo.residual ? randomTensor({N, geo.m, OH, OW}, rng) : Tensor{};
+            Node plain = node("FusedConv", "kiln");
+            plain.attrs.set("strides", std::vector<int64_t>{geo.stride, geo.stride});
+            plain.attrs.set("pads", std::vector<int64_t>{geo.pt, geo.pl, geo.pb, geo.pr});
+            plain.attrs.set("dilations", std::vector<int64_t>{geo.dil, geo.dil});
+            plain.attrs.set("group", geo.group);
+            plain.attrs.set("activation", std::string(geo.act));
+            plain.attrs.set("activation_params", std::string(geo.act) == "LeakyRelu" ? std::vector<float>{0.1f} : std::vector<float>{-0.5f, 0.5f});
+            const Tensor want = blockChannels(
+                referenceKernels().find("FusedConv")(KernelContext{plain, {&x, &w, b.defined() ? &b : nullptr, z.defined() ? &z : nullptr}, 17, nullptr})[0], block);
+            const std::string layout = packedConvWeightLayout(
+                geo.group > 1 ? PackedConvWeights::Goihwg : geo.c < 8 ? PackedConvWeights::Ohwio : PackedConvWeights::OIhwIO, block);
+            Node blocked = plain;
+            blocked.attrs.set("data_layout", blockedDataLayout(block));
+            blocked.attrs.set("weight_layout", layout);
+            blocked.attrs.set("weight_dims", std::vector<int64_t>(w.dims().begin(), w.dims().end()));
+            const bool plain_src = packedConvWeightKind(layout) == PackedConvWeights::Ohwio;
+            if (plain_src) blocked.attrs.set("src_layout", std::string("NCHW"));
+            const Tensor bx = plain_src ? x : blockChannels(x, block), bw = packConvWeights(w, layout), bz = z.defined() ? blockChannels(z, block) : Tensor{};
+            const KernelContext ctx{blocked, {&bx, &bw, b.defined() ? &b : nullptr, bz.defined() ? &bz : nullptr}, 17, nullptr};
+            for (const auto& tactic : tactics) {
+                const Tensor got = kernelForTactic(blocked, tactic)(ctx)[0];
+                ASSERT_EQ(got.dims(), want.dims()) << tactic;
+                EXPECT_LT(compareOutputs(got, want, "y").rel_l2, 1e-5) << tactic << " " << layout << " " << geo.act << " c" << geo.c << " m" << geo.m << " k" << geo.k;
+            }
         }
-    }
 }
 
 TEST(FastBackend, NormAttentionAndChainTacticsMatchReference) {

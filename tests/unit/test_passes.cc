@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "backends/cpu/reference/channel_blocks.h"
 #include "engine/builder.h"
 #include "onnx_import/importer.h"
 #include "onnx_import/tensor_proto.h"
@@ -340,7 +341,7 @@ TEST(Passes, Gpt2OnCudaKeepsNoTransposeAndOneAdd) {
     EXPECT_GT(std::count(ops.begin(), ops.end(), std::string("Attention")), 0);
 }
 
-// layout.conv=nchw8c: a CNN's convs and pools run channel-blocked, entering through no
+// layout.conv=nchw8c and nchw16c: a CNN's convs and pools run channel-blocked, entering through no
 // BlockChannels node (the first conv reads its 3-channel NCHW input directly) and leaving
 // only where a plain node or a graph output reads a value. The optimized graph on the
 // reference kernels and as an engine (dnnl conv tactic, fast reorders and pools) gives the
@@ -377,28 +378,31 @@ TEST(Passes, ChannelBlockedConvChainsMatchTheReference) {
     g.value_info["c3"] = {"c3", DType::F32, Shape::fromDims({2, 20, 7, 6})};
     g.value_info["c4"] = {"c4", DType::F32, Shape::fromDims({2, 20, 7, 6})};
     g.outputs = {{"y1", DType::F32, {}}, {"y2", DType::F32, {}}, {"y3", DType::F32, {}}};
-    BuildRoute route = BuildRoute::parse("layout.conv=nchw8c", Builder::space());
-    const Graph after = optimizeGraph(g, route.values());
-    std::map<std::string, int> count;
-    for (const auto& n : after.nodes) {
-        ++count[n.op_type];
-        if (n.op_type == "FusedConv") EXPECT_EQ(n.attrs.getString("data_layout", ""), "NCHW8c") << n.name;
+    for (int64_t block : {8, 16}) {
+        BuildRoute route = BuildRoute::parse("layout.conv=nchw" + std::to_string(block) + "c", Builder::space());
+        const Graph after = optimizeGraph(g, route.values());
+        std::map<std::string, int> count;
+        for (const auto& n : after.nodes) {
+            ++count[n.op_type];
+            if (n.op_type == "FusedConv") EXPECT_EQ(n.attrs.getString("data_layout", ""), blockedDataLayout(block)) << n.name;
+            if (n.op_type == "FusedConv") EXPECT_EQ(packedConvWeightBlock(n.attrs.getString("weight_layout", "")), block) << n.name;
+        }
+        EXPECT_EQ(count["FusedConv"], 5);
+        EXPECT_EQ(count["BlockedPool"], 3);
+        EXPECT_EQ(count["BlockChannels"], 0);
+        EXPECT_EQ(count["UnblockChannels"], 3);  // y1, y3 and Tanh's input
+        expectSameOutputs(g, after, {2, 3, 13, 11});
+        TensorMap in = {{"x", randomTensor({2, 3, 13, 11}, rng)}};
+        const auto want = GraphExecutor(g).run(in);
+        Builder b(g, "");
+        b.setBuildRoute(route);
+        Engine e = b.build();
+        ExecutionContext ctx(e);
+        ctx.run(in);
+        const auto got = ctx.run(in);  // in the planned arena
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) EXPECT_LT(compareOutputs(got[i], want[i], "y").rel_l2, 1e-5) << i << " block " << block;
     }
-    EXPECT_EQ(count["FusedConv"], 5);
-    EXPECT_EQ(count["BlockedPool"], 3);
-    EXPECT_EQ(count["BlockChannels"], 0);
-    EXPECT_EQ(count["UnblockChannels"], 3);  // y1, y3 and Tanh's input
-    expectSameOutputs(g, after, {2, 3, 13, 11});
-    TensorMap in = {{"x", randomTensor({2, 3, 13, 11}, rng)}};
-    const auto want = GraphExecutor(g).run(in);
-    Builder b(g, "");
-    b.setBuildRoute(route);
-    Engine e = b.build();
-    ExecutionContext ctx(e);
-    ctx.run(in);
-    const auto got = ctx.run(in);  // in the planned arena
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t i = 0; i < got.size(); ++i) EXPECT_LT(compareOutputs(got[i], want[i], "y").rel_l2, 1e-5) << i;
     RouteValues nchw = BuildRoute::parse("layout.conv=nchw", Builder::space()).values(), cuda = defaults();
     cuda[kTargetKey] = "cuda";
     for (const RouteValues& values : {nchw, cuda})

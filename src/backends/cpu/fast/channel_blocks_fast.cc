@@ -1,7 +1,8 @@
-// Fast kernels of the channel-blocked layout (channel_blocks.h): the reorders at the ends of a
-// blocked conv chain as 8x8 AVX2 transposes (8 channel planes <-> 8 pixels of 8 lanes),
-// one (image, channel block) per thread; and pooling on blocked data, 8 channels per vector,
-// so that a chain does not leave the layout for a MaxPool or a global average.
+// Fast kernels of the channel-blocked layouts (channel_blocks.h, blocks of B = 8 or 16
+// channels): the reorders at the ends of a blocked conv chain as 8x8 AVX2 transposes (8
+// channel planes <-> 8 pixels of 8 lanes, B / 8 of them per block), one (image, channel
+// block) per thread; and pooling on blocked data, 8 channels per vector, so that a chain does
+// not leave the layout for a MaxPool or a global average.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -15,8 +16,6 @@
 namespace kiln {
 
 namespace {
-
-constexpr int64_t B = kChannelBlock;
 
 __attribute__((target("avx2"))) inline void transpose8x8(__m256 r[8]) {
     const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]), t2 = _mm256_unpacklo_ps(r[2], r[3]),
@@ -32,46 +31,50 @@ __attribute__((target("avx2"))) inline void transpose8x8(__m256 r[8]) {
     r[6] = _mm256_permute2f128_ps(s2, s6, 0x31), r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
-// One channel block: `lanes` planes of HW floats (planes[l], lanes <= 8) <-> HW pixels of 8
-// floats at `block` (lanes past `lanes` zero when blocking, skipped when unblocking).
-__attribute__((target("avx2"))) void blockPlanesAvx2(float* block, const float* const* planes, int64_t lanes, int64_t HW) {
+// One channel block: `lanes` planes of HW floats (planes[l], lanes <= B) <-> HW pixels of B
+// floats at `block` (lanes past `lanes` zero when blocking, skipped when unblocking), in
+// groups of 8 lanes.
+__attribute__((target("avx2"))) void blockPlanesAvx2(float* block, const float* const* planes, int64_t lanes, int64_t HW, int64_t B) {
     int64_t p = 0;
-    for (; p + B <= HW; p += B) {
-        __m256 r[8];
-        for (int64_t l = 0; l < B; ++l) r[l] = l < lanes ? _mm256_loadu_ps(planes[l] + p) : _mm256_setzero_ps();
-        transpose8x8(r);
-        for (int64_t j = 0; j < B; ++j) _mm256_storeu_ps(block + (p + j) * B, r[j]);
-    }
+    for (; p + 8 <= HW; p += 8)
+        for (int64_t l0 = 0; l0 < B; l0 += 8) {
+            __m256 r[8];
+            for (int64_t l = 0; l < 8; ++l) r[l] = l0 + l < lanes ? _mm256_loadu_ps(planes[l0 + l] + p) : _mm256_setzero_ps();
+            transpose8x8(r);
+            for (int64_t j = 0; j < 8; ++j) _mm256_storeu_ps(block + (p + j) * B + l0, r[j]);
+        }
     for (; p < HW; ++p)
         for (int64_t l = 0; l < B; ++l) block[p * B + l] = l < lanes ? planes[l][p] : 0.f;
 }
 
-__attribute__((target("avx2"))) void unblockPlanesAvx2(float* const* planes, const float* block, int64_t lanes, int64_t HW) {
+__attribute__((target("avx2"))) void unblockPlanesAvx2(float* const* planes, const float* block, int64_t lanes, int64_t HW, int64_t B) {
     int64_t p = 0;
-    for (; p + B <= HW; p += B) {
-        __m256 r[8];
-        for (int64_t j = 0; j < B; ++j) r[j] = _mm256_loadu_ps(block + (p + j) * B);
-        transpose8x8(r);
-        for (int64_t l = 0; l < lanes; ++l) _mm256_storeu_ps(planes[l] + p, r[l]);
-    }
+    for (; p + 8 <= HW; p += 8)
+        for (int64_t l0 = 0; l0 < lanes; l0 += 8) {
+            __m256 r[8];
+            for (int64_t j = 0; j < 8; ++j) r[j] = _mm256_loadu_ps(block + (p + j) * B + l0);
+            transpose8x8(r);
+            for (int64_t l = 0; l < 8 && l0 + l < lanes; ++l) _mm256_storeu_ps(planes[l0 + l] + p, r[l]);
+        }
     for (; p < HW; ++p)
         for (int64_t l = 0; l < lanes; ++l) planes[l][p] = block[p * B + l];
 }
 
 std::vector<Tensor> fastBlockChannels(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    if (x.dtype() != DType::F32 || x.rank() != 4 || !cpuHasAvx2Fma()) return referenceFallback(ctx);
-    const int64_t N = x.dims()[0], C = x.dims()[1], HW = x.dims()[2] * x.dims()[3], CB = channelBlocks(C);
+    const int64_t B = ctx.attrs().getInt("block", kChannelBlock);
+    if (x.dtype() != DType::F32 || x.rank() != 4 || !isChannelBlock(B) || !cpuHasAvx2Fma()) return referenceFallback(ctx);
+    const int64_t N = x.dims()[0], C = x.dims()[1], HW = x.dims()[2] * x.dims()[3], CB = channelBlocks(C, B);
     Tensor y = ctx.output(0, DType::F32, {N, CB, x.dims()[2], x.dims()[3], B});
     const float* px = x.data<float>();
     float* py = y.data<float>();
 #pragma omp parallel for schedule(static) collapse(2) if (x.numel() > 16384)
     for (int64_t n = 0; n < N; ++n)
         for (int64_t cb = 0; cb < CB; ++cb) {
-            const float* planes[B];
+            const float* planes[kWideChannelBlock];
             const int64_t lanes = std::min(B, C - cb * B);
             for (int64_t l = 0; l < lanes; ++l) planes[l] = px + (n * C + cb * B + l) * HW;
-            blockPlanesAvx2(py + (n * CB + cb) * HW * B, planes, lanes, HW);
+            blockPlanesAvx2(py + (n * CB + cb) * HW * B, planes, lanes, HW, B);
         }
     return {y};
 }
@@ -79,36 +82,38 @@ std::vector<Tensor> fastBlockChannels(const KernelContext& ctx) {
 std::vector<Tensor> fastUnblockChannels(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const int64_t C = ctx.attrs().getInt("channels", 0);
-    if (x.dtype() != DType::F32 || x.rank() != 5 || x.dims()[4] != B || C <= 0 || channelBlocks(C) != x.dims()[1] || !cpuHasAvx2Fma()) return referenceFallback(ctx);
-    const int64_t N = x.dims()[0], CB = x.dims()[1], HW = x.dims()[2] * x.dims()[3];
+    if (x.dtype() != DType::F32 || x.rank() != 5 || !isChannelBlock(x.dims()[4]) || C <= 0 || channelBlocks(C, x.dims()[4]) != x.dims()[1] ||
+        !cpuHasAvx2Fma())
+        return referenceFallback(ctx);
+    const int64_t N = x.dims()[0], CB = x.dims()[1], HW = x.dims()[2] * x.dims()[3], B = x.dims()[4];
     Tensor y = ctx.output(0, DType::F32, {N, C, x.dims()[2], x.dims()[3]});
     const float* px = x.data<float>();
     float* py = y.data<float>();
 #pragma omp parallel for schedule(static) collapse(2) if (x.numel() > 16384)
     for (int64_t n = 0; n < N; ++n)
         for (int64_t cb = 0; cb < CB; ++cb) {
-            float* planes[B];
+            float* planes[kWideChannelBlock];
             const int64_t lanes = std::min(B, C - cb * B);
             for (int64_t l = 0; l < lanes; ++l) planes[l] = py + (n * C + cb * B + l) * HW;
-            unblockPlanesAvx2(planes, px + (n * CB + cb) * HW * B, lanes, HW);
+            unblockPlanesAvx2(planes, px + (n * CB + cb) * HW * B, lanes, HW, B);
         }
     return {y};
 }
 
-// Global pooling of blocked planes: each (image, block) plane of HW pixels to 8 lanes.
+// Global pooling of blocked planes: each (image, block) plane of HW pixels to B lanes.
 // Averages sum in double, as the reference does (planes can be large).
-void globalPoolBlocked(const float* px, float* py, int64_t planes, int64_t HW, bool max) {
+void globalPoolBlocked(const float* px, float* py, int64_t planes, int64_t HW, int64_t B, bool max) {
 #pragma omp parallel for schedule(static) if (planes * HW * B > 4096)
     for (int64_t q = 0; q < planes; ++q) {
         const float* plane = px + q * HW * B;
         if (max) {
-            float m[B];
+            float m[kWideChannelBlock];
             for (int64_t l = 0; l < B; ++l) m[l] = -INFINITY;
             for (int64_t p = 0; p < HW; ++p)
                 for (int64_t l = 0; l < B; ++l) m[l] = maxOrNan(m[l], plane[p * B + l]);
             for (int64_t l = 0; l < B; ++l) py[q * B + l] = m[l];
         } else {
-            double sum[B] = {};
+            double sum[kWideChannelBlock] = {};
             for (int64_t p = 0; p < HW; ++p)
 #pragma omp simd
                 for (int64_t l = 0; l < B; ++l) sum[l] += plane[p * B + l];
@@ -121,6 +126,7 @@ void globalPoolBlocked(const float* px, float* py, int64_t planes, int64_t HW, b
 struct PoolWindows {
     int64_t H, W, OW, KH, KW, sh, sw, dh, dw, pt, pl;
     bool max;
+    int64_t B;  // channels per pixel
 
     template <typename Visit>
     int64_t window(int64_t oh, int64_t ow, Visit visit) const {  // visits the pixels inside; returns their count
@@ -139,7 +145,7 @@ struct PoolWindows {
     }
     void row(float* dst, const float* plane, int64_t oh) const {
         for (int64_t ow = 0; ow < OW; ++ow) {
-            float acc[B];
+            float acc[kWideChannelBlock];
             for (int64_t l = 0; l < B; ++l) acc[l] = max ? -INFINITY : 0.f;
             const int64_t count = window(oh, ow, [&](int64_t at) {
                 for (int64_t l = 0; l < B; ++l) acc[l] = max ? maxOrNan(acc[l], plane[at + l]) : acc[l] + plane[at + l];
@@ -147,10 +153,14 @@ struct PoolWindows {
             for (int64_t l = 0; l < B; ++l) dst[ow * B + l] = max ? acc[l] : (count ? acc[l] / static_cast<float>(count) : 0.f);
         }
     }
-    // The same with one vector per pixel (no lambda: it would not inherit the AVX2 target).
-    // Where four neighbouring windows lie inside the plane they go together, four independent
-    // chains of max/add: one window's chain alone waits on each step's latency.
+    // The same with one vector per pixel and group of 8 lanes.
     __attribute__((target("avx2"))) void rowAvx2(float* dst, const float* plane, int64_t oh) const {
+        for (int64_t l0 = 0; l0 < B; l0 += 8) rowLanesAvx2(dst + l0, plane + l0, oh);
+    }
+    // Lanes [l0, l0 + 8) of a row, dst and plane offset by l0 (no lambda: it would not inherit
+    // the AVX2 target). Where four neighbouring windows lie inside the plane they go together,
+    // four independent chains of max/add: one window's chain alone waits on each step's latency.
+    __attribute__((target("avx2"))) void rowLanesAvx2(float* dst, const float* plane, int64_t oh) const {
         const int64_t h0 = oh * sh - pt;
         const bool rows_inside = h0 >= 0 && h0 + (KH - 1) * dh < H;
         int64_t ow = 0;
@@ -193,18 +203,18 @@ struct PoolWindows {
 };
 
 // BlockedPool (attribute "pool": MaxPool, AveragePool, GlobalAveragePool or GlobalMaxPool) on
-// [N, C/8, H, W, 8]: each window's pixels are 8-lane vectors. AveragePool counting the
+// [N, C/B, H, W, B]: each window's pixels are B / 8 8-lane vectors. AveragePool counting the
 // padding takes the reference kernel.
 std::vector<Tensor> fastBlockedPool(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const Attributes& a = ctx.attrs();
     const std::string pool = a.getString("pool", "");
-    if (x.dtype() != DType::F32 || x.rank() != 5 || x.dims()[4] != B || ctx.numOutputs() > 1) return referenceFallback(ctx);
-    const int64_t N = x.dims()[0], CB = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
+    if (x.dtype() != DType::F32 || x.rank() != 5 || !isChannelBlock(x.dims()[4]) || ctx.numOutputs() > 1) return referenceFallback(ctx);
+    const int64_t N = x.dims()[0], CB = x.dims()[1], H = x.dims()[2], W = x.dims()[3], B = x.dims()[4];
     const float* px = x.data<float>();
     if (pool == "GlobalAveragePool" || pool == "GlobalMaxPool") {
         Tensor y = ctx.output(0, DType::F32, {N, CB, 1, 1, B});
-        globalPoolBlocked(px, y.data<float>(), N * CB, H * W, pool == "GlobalMaxPool");
+        globalPoolBlocked(px, y.data<float>(), N * CB, H * W, B, pool == "GlobalMaxPool");
         return {y};
     }
     const bool max = pool == "MaxPool";
@@ -216,7 +226,7 @@ std::vector<Tensor> fastBlockedPool(const KernelContext& ctx) {
     const int64_t OH = out[0], OW = out[1];
     Tensor y = ctx.output(0, DType::F32, {N, CB, OH, OW, B});
     float* py = y.data<float>();
-    const PoolWindows win{H, W, OW, k[0], k[1], st[0], st[1], dil[0], dil[1], pads.begin[0], pads.begin[1], max};
+    const PoolWindows win{H, W, OW, k[0], k[1], st[0], st[1], dil[0], dil[1], pads.begin[0], pads.begin[1], max, B};
     const bool avx2 = cpuHasAvx2Fma();
 #pragma omp parallel for schedule(static) collapse(2) if (N * CB * OH * OW * B > 2048)
     for (int64_t q = 0; q < N * CB; ++q)

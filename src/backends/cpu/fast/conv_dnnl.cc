@@ -1,5 +1,6 @@
-// The "dnnl" conv tactic: channel-blocked (NCHW8c) FusedConv nodes, which the layout pass
-// made with weights packed in oneDNN's AVX2 formats, through oneDNN's JIT convolutions with
+// The "dnnl" conv tactic: channel-blocked (NCHW8c or NCHW16c) FusedConv nodes, which the
+// layout pass made with weights packed in oneDNN's AVX2 or AVX-512 formats (blocks of 8 or
+// 16 channels), through oneDNN's JIT convolutions with
 // the bias, the residual (a sum post-op) and the activation fused. oneDNN reads and writes
 // the blocked tensors and the packed weights in place: no reorder runs per call.
 // Primitives are cached per geometry, since building one costs 10-20 us (a MobileNetV2
@@ -27,8 +28,9 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 
 bool blockedConvNode(const Node& n) {
-    return n.op_type == "FusedConv" && n.attrs.getString("data_layout", "NCHW") == "NCHW8c" &&
-           isPackedConvWeightLayout(n.attrs.getString("weight_layout", "")) && n.attrs.getInts("weight_dims").size() == 4;
+    const int64_t block = blockedDataLayoutBlock(n.attrs.getString("data_layout", "NCHW"));
+    return n.op_type == "FusedConv" && block > 0 && packedConvWeightBlock(n.attrs.getString("weight_layout", "")) == block &&
+           n.attrs.getInts("weight_dims").size() == 4;
 }
 
 // The node's activation as a oneDNN eltwise post-op (algorithm, alpha, beta); nullopt for one
@@ -59,7 +61,7 @@ bool supportsBlockedConv(const Node& n, const Graph&) { return blockedConvNode(n
 
 // One conv's geometry, read from the node and its input at run time.
 struct BlockedConv {
-    int64_t N, C, H, W, O, KH, KW, OH, OW, group;
+    int64_t N, C, H, W, O, KH, KW, OH, OW, group, block;
     std::vector<int64_t> strides, dilations, pads;  // pads: top, left, bottom, right
     bool plain_src, bias, residual;
     std::string weight_layout;
@@ -73,9 +75,9 @@ struct BlockedConv {
         float ab[2] = {e.alpha, e.beta};
         int64_t bits = 0;
         std::memcpy(&bits, ab, sizeof(bits));
-        const int64_t layout = weight_layout == "Goihw8g" ? 0 : weight_layout == "Ohwi8o" ? 1 : 2;
+        const int64_t layout = static_cast<int64_t>(packedConvWeightKind(weight_layout));
         return {N, C, H, W, O, KH, KW, group, strides[0], strides[1], dilations[0], dilations[1], pads[0], pads[1], pads[2], pads[3],
-                layout, plain_src, bias, residual, static_cast<int64_t>(e.algorithm), bits, threads, 0};
+                layout, plain_src, bias, residual, static_cast<int64_t>(e.algorithm), bits, threads, block};
     }
 };
 
@@ -85,13 +87,16 @@ BlockedConv geometry(const KernelContext& ctx) {
     BlockedConv g{};
     g.group = a.getInt("group", 1);
     g.O = wd[0], g.C = wd[1] * g.group, g.KH = wd[2], g.KW = wd[3];
-    g.plain_src = a.getString("src_layout", "NCHW8c") == "NCHW";
+    const std::string layout = a.getString("data_layout", "");
+    g.block = blockedDataLayoutBlock(layout);
+    g.plain_src = a.getString("src_layout", layout) == "NCHW";
     g.weight_layout = a.getString("weight_layout", "");
     const Tensor& x = ctx.input(0);
-    const Dims want = g.plain_src ? Dims{x.rank() ? x.dims()[0] : 0, g.C, -1, -1} : Dims{x.rank() ? x.dims()[0] : 0, channelBlocks(g.C), -1, -1, kChannelBlock};
+    const Dims want =
+        g.plain_src ? Dims{x.rank() ? x.dims()[0] : 0, g.C, -1, -1} : Dims{x.rank() ? x.dims()[0] : 0, channelBlocks(g.C, g.block), -1, -1, g.block};
     bool ok = x.rank() == want.size();
     for (size_t i = 0; ok && i < want.size(); ++i) ok = want[i] < 0 || x.dims()[i] == want[i];
-    ctx.require(ok, "input of " + std::string(g.plain_src ? "NCHW" : "NCHW8c") + " conv over " + std::to_string(g.C) + " channels has dims " + dimsToString(x.dims()));
+    ctx.require(ok, "input of " + (g.plain_src ? std::string("NCHW") : layout) + " conv over " + std::to_string(g.C) + " channels has dims " + dimsToString(x.dims()));
     g.N = x.dims()[0], g.H = x.dims()[2], g.W = x.dims()[3];
     g.strides = a.getInts("strides", {1, 1});
     g.dilations = a.getInts("dilations", {1, 1});
@@ -104,7 +109,7 @@ BlockedConv geometry(const KernelContext& ctx) {
     g.residual = ctx.hasInput(3);
     if (g.bias) ctx.require(ctx.input(2).numel() == g.O && ctx.input(2).dtype() == DType::F32, "bias must hold " + std::to_string(g.O) + " f32 values");
     if (g.residual)
-        ctx.require(ctx.input(3).dims() == Dims{g.N, channelBlocks(g.O), g.OH, g.OW, kChannelBlock} && ctx.input(3).dtype() == DType::F32,
+        ctx.require(ctx.input(3).dims() == Dims{g.N, channelBlocks(g.O, g.block), g.OH, g.OW, g.block} && ctx.input(3).dtype() == DType::F32,
                     "residual must be the blocked output's shape, got " + dimsToString(ctx.input(3).dims()));
     return g;
 }
@@ -121,13 +126,18 @@ struct CachedPrimitive {
 
 CachedPrimitive buildPrimitive(const BlockedConv& g, const Node& node) {
     const memory::dims src{g.N, g.C, g.H, g.W}, dst{g.N, g.O, g.OH, g.OW};
-    const memory::dims weights = g.weight_layout == "Goihw8g" ? memory::dims{g.group, 1, 1, g.KH, g.KW} : memory::dims{g.O, g.C, g.KH, g.KW};
-    const Tag weight_tag = g.weight_layout == "Goihw8g" ? Tag::Goihw8g : g.weight_layout == "Ohwi8o" ? Tag::Ohwi8o : Tag::OIhw8i8o;
+    const PackedConvWeights kind = packedConvWeightKind(g.weight_layout);
+    const bool wide = g.block == kWideChannelBlock;
+    const memory::dims weights = kind == PackedConvWeights::Goihwg ? memory::dims{g.group, 1, 1, g.KH, g.KW} : memory::dims{g.O, g.C, g.KH, g.KW};
+    const Tag weight_tag = kind == PackedConvWeights::Goihwg ? (wide ? Tag::Goihw16g : Tag::Goihw8g)
+                           : kind == PackedConvWeights::Ohwio ? (wide ? Tag::Ohwi16o : Tag::Ohwi8o)
+                                                              : (wide ? Tag::OIhw16i16o : Tag::OIhw8i8o);
+    const Tag blocked_tag = wide ? Tag::nChw16c : Tag::nChw8c;
     CachedPrimitive c;
-    c.src = memory::desc(src, memory::data_type::f32, g.plain_src ? Tag::nchw : Tag::nChw8c);
+    c.src = memory::desc(src, memory::data_type::f32, g.plain_src ? Tag::nchw : blocked_tag);
     c.weights = memory::desc(weights, memory::data_type::f32, weight_tag);
     c.bias = memory::desc({g.O}, memory::data_type::f32, Tag::a);
-    c.dst = memory::desc(dst, memory::data_type::f32, Tag::nChw8c);
+    c.dst = memory::desc(dst, memory::data_type::f32, blocked_tag);
     const memory::dims strides{g.strides[0], g.strides[1]}, dilations{g.dilations[0] - 1, g.dilations[1] - 1};
     const memory::dims pad_l{g.pads[0], g.pads[1]}, pad_r{g.pads[2], g.pads[3]};
     const auto desc = g.bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, c.src, c.weights,
@@ -169,7 +179,7 @@ std::vector<Tensor> blockedConv(const KernelContext& ctx) {
         ctx.fail(std::string("oneDNN cannot build this convolution: ") + e.what());
     }
     ctx.require(prim->weights.get_size() == w.byteSize(), "packed weights of " + dimsToString(w.dims()) + " do not match " + g.weight_layout);
-    Tensor y = ctx.output(0, DType::F32, {g.N, channelBlocks(g.O), g.OH, g.OW, kChannelBlock});
+    Tensor y = ctx.output(0, DType::F32, {g.N, channelBlocks(g.O, g.block), g.OH, g.OW, g.block});
     if (g.residual) std::memcpy(y.raw(), ctx.input(3).raw(), y.byteSize());  // the sum post-op adds what dst holds
     thread_local std::vector<std::byte> scratch;
     scratch.resize(prim->scratchpad.get_size());

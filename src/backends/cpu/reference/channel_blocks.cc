@@ -11,19 +11,19 @@ namespace {
 // Where the element (o, i, h, w) of [O, I, KH, KW] weights sits in the packed layout, and
 // the packed tensor's dims.
 struct WeightPacking {
-    std::string layout;
-    int64_t O, I, KH, KW;
+    PackedConvWeights kind;
+    int64_t b, O, I, KH, KW;
 
     Dims packedDims() const {
-        const int64_t ob = channelBlocks(O), b = kChannelBlock;
-        if (layout == "OIhw8i8o") return {ob, channelBlocks(I), KH, KW, b, b};
-        if (layout == "Ohwi8o") return {ob, KH, KW, I, b};
-        return {ob, KH, KW, b};  // Goihw8g: I == 1, one filter per group
+        const int64_t ob = channelBlocks(O, b);
+        if (kind == PackedConvWeights::OIhwIO) return {ob, channelBlocks(I, b), KH, KW, b, b};
+        if (kind == PackedConvWeights::Ohwio) return {ob, KH, KW, I, b};
+        return {ob, KH, KW, b};  // Goihw<b>g: I == 1, one filter per group
     }
     int64_t offset(int64_t o, int64_t i, int64_t h, int64_t w) const {
-        const int64_t b = kChannelBlock, ob = o / b, ol = o % b;
-        if (layout == "OIhw8i8o") return ((((ob * channelBlocks(I) + i / b) * KH + h) * KW + w) * b + i % b) * b + ol;
-        if (layout == "Ohwi8o") return (((ob * KH + h) * KW + w) * I + i) * b + ol;
+        const int64_t ob = o / b, ol = o % b;
+        if (kind == PackedConvWeights::OIhwIO) return ((((ob * channelBlocks(I, b) + i / b) * KH + h) * KW + w) * b + i % b) * b + ol;
+        if (kind == PackedConvWeights::Ohwio) return (((ob * KH + h) * KW + w) * I + i) * b + ol;
         return ((ob * KH + h) * KW + w) * b + ol;
     }
 };
@@ -31,8 +31,9 @@ struct WeightPacking {
 WeightPacking packing(const std::string& layout, const Dims& dims) {
     check(isPackedConvWeightLayout(layout), "unknown packed conv weight layout '" + layout + "'");
     check(dims.size() == 4, "packed conv weights need [O, I, KH, KW] dims");
-    check(layout != "Goihw8g" || dims[1] == 1, "depthwise (Goihw8g) weights need one input channel per filter");
-    return {layout, dims[0], dims[1], dims[2], dims[3]};
+    const PackedConvWeights kind = packedConvWeightKind(layout);
+    check(kind != PackedConvWeights::Goihwg || dims[1] == 1, "depthwise (" + layout + ") weights need one input channel per filter");
+    return {kind, packedConvWeightBlock(layout), dims[0], dims[1], dims[2], dims[3]};
 }
 
 // Copies element `from` of src to element `to` of dst (element size `size`).
@@ -55,24 +56,48 @@ void withElementType(DType dtype, F f) {
 
 }  // namespace
 
-bool isPackedConvWeightLayout(const std::string& layout) { return layout == "OIhw8i8o" || layout == "Ohwi8o" || layout == "Goihw8g"; }
+std::string packedConvWeightLayout(PackedConvWeights kind, int64_t block) {
+    const std::string b = std::to_string(block);
+    if (kind == PackedConvWeights::OIhwIO) return "OIhw" + b + "i" + b + "o";
+    if (kind == PackedConvWeights::Ohwio) return "Ohwi" + b + "o";
+    return "Goihw" + b + "g";
+}
+
+int64_t packedConvWeightBlock(const std::string& layout) {
+    for (int64_t b : {kChannelBlock, kWideChannelBlock})
+        for (auto kind : {PackedConvWeights::OIhwIO, PackedConvWeights::Ohwio, PackedConvWeights::Goihwg})
+            if (layout == packedConvWeightLayout(kind, b)) return b;
+    return 0;
+}
+
+PackedConvWeights packedConvWeightKind(const std::string& layout) {
+    return layout.rfind("OIhw", 0) == 0 ? PackedConvWeights::OIhwIO : layout.rfind("Ohwi", 0) == 0 ? PackedConvWeights::Ohwio : PackedConvWeights::Goihwg;
+}
+
+bool isPackedConvWeightLayout(const std::string& layout) { return packedConvWeightBlock(layout) != 0; }
+
+int64_t blockedDataLayoutBlock(const std::string& data_layout) {
+    return data_layout == "NCHW8c" ? kChannelBlock : data_layout == "NCHW16c" ? kWideChannelBlock : 0;
+}
+
+std::string blockedDataLayout(int64_t block) { return "NCHW" + std::to_string(block) + "c"; }
 
 namespace {
 
-// Copies `from` into `to`: NCHW [N, C, HW] into blocked [N, C/8, HW, 8] when `to_blocked`,
+// Copies `from` into `to`: NCHW [N, C, HW] into blocked [N, C/b, HW, b] when `to_blocked`,
 // else back. Padded lanes are left as they are.
-void moveChannels(const Tensor& from, Tensor& to, int64_t N, int64_t C, int64_t HW, bool to_blocked) {
-    const int64_t CB = channelBlocks(C);
+void moveChannels(const Tensor& from, Tensor& to, int64_t N, int64_t C, int64_t HW, int64_t b, bool to_blocked) {
+    const int64_t CB = channelBlocks(C, b);
     withElementType(from.dtype(), [&](auto tag) {
         using T = decltype(tag);
         const T* src = reinterpret_cast<const T*>(from.raw());
         T* dst = reinterpret_cast<T*>(to.raw());
         for (int64_t n = 0; n < N; ++n)
             for (int64_t c = 0; c < C; ++c) {
-                const int64_t plain = (n * C + c) * HW, blocked = (n * CB + c / kChannelBlock) * HW * kChannelBlock + c % kChannelBlock;
+                const int64_t plain = (n * C + c) * HW, blocked = (n * CB + c / b) * HW * b + c % b;
                 for (int64_t p = 0; p < HW; ++p) {
-                    if (to_blocked) dst[blocked + p * kChannelBlock] = src[plain + p];
-                    else dst[plain + p] = src[blocked + p * kChannelBlock];
+                    if (to_blocked) dst[blocked + p * b] = src[plain + p];
+                    else dst[plain + p] = src[blocked + p * b];
                 }
             }
     });
@@ -80,19 +105,21 @@ void moveChannels(const Tensor& from, Tensor& to, int64_t N, int64_t C, int64_t 
 
 }  // namespace
 
-Tensor blockChannels(const Tensor& x) {
+Tensor blockChannels(const Tensor& x, int64_t block) {
     check(x.rank() == 4, "blockChannels: the input must be 4-D NCHW, got " + dimsToString(x.dims()));
-    Tensor y(x.dtype(), {x.dims()[0], channelBlocks(x.dims()[1]), x.dims()[2], x.dims()[3], kChannelBlock});  // zero-filled: the padded lanes
-    moveChannels(x, y, x.dims()[0], x.dims()[1], x.dims()[2] * x.dims()[3], true);
+    check(isChannelBlock(block), "blockChannels: blocks of " + std::to_string(block) + " channels (8 or 16 are defined)");
+    Tensor y(x.dtype(), {x.dims()[0], channelBlocks(x.dims()[1], block), x.dims()[2], x.dims()[3], block});  // zero-filled: the padded lanes
+    moveChannels(x, y, x.dims()[0], x.dims()[1], x.dims()[2] * x.dims()[3], block, true);
     return y;
 }
 
 Tensor unblockChannels(const Tensor& x, int64_t channels) {
-    check(x.rank() == 5 && x.dims()[4] == kChannelBlock, "unblockChannels: the input must be [N, C/8, H, W, 8], got " + dimsToString(x.dims()));
-    check(channels > 0 && channelBlocks(channels) == x.dims()[1],
-          "unblockChannels: " + std::to_string(channels) + " channels do not fill " + std::to_string(x.dims()[1]) + " blocks of 8");
+    check(x.rank() == 5 && isChannelBlock(x.dims()[4]), "unblockChannels: the input must be [N, C/b, H, W, b] with b 8 or 16, got " + dimsToString(x.dims()));
+    const int64_t b = x.dims()[4];
+    check(channels > 0 && channelBlocks(channels, b) == x.dims()[1],
+          "unblockChannels: " + std::to_string(channels) + " channels do not fill " + std::to_string(x.dims()[1]) + " blocks of " + std::to_string(b));
     Tensor y = Tensor::uninitialized(x.dtype(), {x.dims()[0], channels, x.dims()[2], x.dims()[3]});
-    moveChannels(x, y, x.dims()[0], channels, x.dims()[2] * x.dims()[3], false);
+    moveChannels(x, y, x.dims()[0], channels, x.dims()[2] * x.dims()[3], b, false);
     return y;
 }
 

@@ -23,22 +23,30 @@ Tensor epilogue(const KernelContext& ctx, const Tensor& y, const Tensor* z) {
     });
 }
 
-// data_layout NCHW (default), NHWC, or NCHW8c: blocked activations (channel_blocks.h) with
-// packed weights, unpacked here so that the plain reference conv defines the result.
+// data_layout NCHW (default), NHWC, or NCHW8c / NCHW16c: blocked activations
+// (channel_blocks.h) with packed weights, unpacked here so that the plain reference conv
+// defines the result.
 std::vector<Tensor> fusedConv(const KernelContext& ctx) {
     const std::string layout = ctx.attrs().getString("data_layout", "NCHW");
-    const bool nhwc = layout == "NHWC", blocked = layout == "NCHW8c";
+    const int64_t block = blockedDataLayoutBlock(layout);
+    const bool nhwc = layout == "NHWC", blocked = block > 0;
     ctx.require(nhwc || blocked || layout == "NCHW", "unknown data_layout '" + layout + "'");
     Tensor x = ctx.input(0), w = ctx.input(1), z;
     if (ctx.hasInput(3)) z = ctx.input(3);
     if (nhwc) x = transposeTensor(x, {0, 3, 1, 2});
     if (blocked) {
         const auto dims = ctx.attrs().getInts("weight_dims");
-        ctx.require(dims.size() == 4 && dims[0] > 0 && dims[1] > 0, "NCHW8c conv needs weight_dims [O, I, KH, KW]");
+        ctx.require(dims.size() == 4 && dims[0] > 0 && dims[1] > 0, layout + " conv needs weight_dims [O, I, KH, KW]");
+        const std::string weight_layout = ctx.attrs().getString("weight_layout", "");
+        ctx.require(packedConvWeightBlock(weight_layout) == block, layout + " conv needs weights packed in blocks of " + std::to_string(block) + ", got '" + weight_layout + "'");
         const int64_t out_channels = dims[0], in_channels = dims[1] * ctx.attrs().getInt("group", 1);
         try {
-            if (ctx.attrs().getString("src_layout", "NCHW8c") != "NCHW") x = unblockChannels(x, in_channels);
-            w = unpackConvWeights(w, ctx.attrs().getString("weight_layout", ""), dims);
+            if (ctx.attrs().getString("src_layout", layout) != "NCHW") {
+                ctx.require(x.rank() == 5 && x.dims()[4] == block, layout + " conv needs a blocked input, got " + dimsToString(x.dims()));
+                x = unblockChannels(x, in_channels);
+            }
+            w = unpackConvWeights(w, weight_layout, dims);
+            if (z.defined()) ctx.require(z.rank() == 5 && z.dims()[4] == block, layout + " conv needs a blocked residual, got " + dimsToString(z.dims()));
             if (z.defined()) z = unblockChannels(z, out_channels);
         } catch (const Error& e) {
             ctx.fail(e.what());
@@ -48,20 +56,23 @@ std::vector<Tensor> fusedConv(const KernelContext& ctx) {
     Tensor y = convKernel(conv_ctx)[0];
     if (nhwc) y = transposeTensor(y, {0, 2, 3, 1});
     y = epilogue(ctx, y, z.defined() ? &z : nullptr);
-    return {blocked ? blockChannels(y) : y};
+    return {blocked ? blockChannels(y, block) : y};
 }
 
 // The layout changes at the ends of a channel-blocked conv chain.
 std::vector<Tensor> blockChannelsKernel(const KernelContext& ctx) {
     ctx.require(ctx.input(0).rank() == 4, "BlockChannels needs a 4-D NCHW input, got " + dimsToString(ctx.input(0).dims()));
-    return {blockChannels(ctx.input(0))};
+    const int64_t block = ctx.attrs().getInt("block", kChannelBlock);
+    ctx.require(isChannelBlock(block), "BlockChannels: blocks of " + std::to_string(block) + " channels (8 or 16 are defined)");
+    return {blockChannels(ctx.input(0), block)};
 }
 
 std::vector<Tensor> unblockChannelsKernel(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const int64_t channels = ctx.attrs().getInt("channels", 0);
-    ctx.require(x.rank() == 5 && x.dims()[4] == kChannelBlock && channels > 0 && channelBlocks(channels) == x.dims()[1],
-                ctx.node.op_type + " of " + std::to_string(channels) + " channels needs a [N, C/8, H, W, 8] input, got " + dimsToString(x.dims()));
+    ctx.require(x.rank() == 5 && isChannelBlock(x.dims()[4]) && channels > 0 && channelBlocks(channels, x.dims()[4]) == x.dims()[1],
+                ctx.node.op_type + " of " + std::to_string(channels) + " channels needs a [N, C/b, H, W, b] input (b 8 or 16), got " +
+                    dimsToString(x.dims()));
     return {unblockChannels(x, channels)};
 }
 
@@ -175,7 +186,7 @@ std::vector<Tensor> blockedPool(const KernelContext& ctx) {
     inner.op_type = pool;
     inner.domain.clear();
     KernelContext c{inner, {&plain}, ctx.opset, nullptr};
-    return {blockChannels(referenceKernels().find(pool)(c).at(0))};
+    return {blockChannels(referenceKernels().find(pool)(c).at(0), ctx.input(0).dims()[4])};
 }
 
 }  // namespace
