@@ -126,34 +126,16 @@ __device__ __forceinline__ void copyToShared(float* dst, const float* src, int n
 }
 
 // Dynamic shared memory of a small GEMM: the input rows (f16), then a norm's weight and
-// bias when there are (norm_vectors 1 or 2, f32), then the weight ring when there is one.
+// bias when there are (norm_vectors 1 or 2, f32).
 inline size_t smallGemmSmem(int rows, int K, int norm_vectors) { return size_t(rows) * K * 2 + size_t(norm_vectors) * K * 4; }
-__host__ __device__ inline int normVectors(const SmallGemmInput& in) { return in.kind == SmallGemmInput::Norm ? (in.norm_b ? 2 : 1) : 0; }
-// A chunk of weights: 8 16-byte loads per lane (P rows of U loads).
-constexpr int kChunkBytes = 8 * 32 * 16;
-inline size_t ringSmem(int stages) { return size_t(kBlockThreads / 32) * stages * kChunkBytes; }
-
-// 16 bytes of weights copied to shared memory without passing through registers (cp.async,
-// evict-first in L2 as loadWeights).
-__device__ __forceinline__ void copyWeights(uint4* dst, const uint4* src, bool evict_first, uint64_t policy) {
-    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    if (evict_first) asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(to), "l"(src), "l"(policy) : "memory");
-    else asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(src) : "memory");
-}
-template <int N>
-__device__ __forceinline__ void waitCopies() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void commitCopies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+inline int normVectors(const SmallGemmInput& in) { return in.kind == SmallGemmInput::Norm ? (in.norm_b ? 2 : 1) : 0; }
 
 // y[r] = in[r] * W^T for a few rows (R at most): a warp per task of P adjacent output rows
-// (P = 2 for the interleaved pairs) streams those weight rows in chunks of 16-byte loads;
-// the block's input rows, made by the prologue (copy or norm), sit in shared memory; the
-// epilogue stores or fuses per kind. The chunks in flight: S = 0, two per warp in
-// registers (double-buffered); S > 0, S per warp in a ring in shared memory (cp.async), which
-// keeps more bytes in flight without registers. Either way the first ones are issued before
-// waiting for the previous kernel.
-template <int R, int P, int S>
+// (P = 2 for the interleaved pairs) streams those weight rows in chunks of 16-byte loads,
+// two chunks in flight (double-buffered registers; the first two issued before waiting for
+// the previous kernel); the block's input rows, made by the prologue (copy or norm), sit in
+// shared memory; the epilogue stores or fuses per kind.
+template <int R, int P>
 __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out,
                                                                   bool evict_first) {
     CtaTrace trace(kCtaSmallGemm, N, K);
@@ -164,62 +146,43 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
     const int chunks = (K8 + 32 * U - 1) / (32 * U), stride = gridDim.x * warps;
     uint64_t policy = 0;
     if (evict_first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    auto load = [&](uint4(&w)[P][U], int task, int chunk) {
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+            const uint4* wrow = reinterpret_cast<const uint4*>(W + (int64_t(task) * P + p) * K);
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int k = (chunk * U + u) * 32 + lane;
+                w[p][u] = k < K8 ? loadWeights(wrow + k, evict_first, policy) : make_uint4(0, 0, 0, 0);
+            }
+        }
+    };
+    // This warp's chunks in order: (task, chunk) in buffer a, the one after in buffer b.
+    auto advance = [&](int& task, int& chunk) {
+        if (++chunk == chunks) chunk = 0, task += stride;
+    };
+    uint4 wa[P][U], wb[P][U];
+    int task = blockIdx.x * warps + warp, chunk = 0, next_task = task, next_chunk = 0;
+    advance(next_task, next_chunk);
+    if (task < tasks) load(wa, task, chunk);  // weights do not depend on the previous kernel
+    if (next_task < tasks) load(wb, next_task, next_chunk);
+    // Nor do the norm's weights (copied to shared memory without passing through registers)
+    // or the step's metadata (uploaded before the step's first kernel): their trips to
+    // memory overlap the previous kernel instead of following it.
     const bool norm = in.kind == SmallGemmInput::Norm;
     float* norm_w = reinterpret_cast<float*>(xs + int64_t(rows) * K);
     float* norm_b = in.norm_b ? norm_w + K : nullptr;
-    // The norm's weights do not depend on the previous kernel either: copied to shared memory
-    // (as the first group of copies) while it runs.
     if (norm) {
         copyToShared(norm_w, in.norm_w, K);
         if (norm_b) copyToShared(norm_b, in.norm_b, K);
     }
-    // The warp's chunks in order: item i is chunk i % chunks of its (i / chunks)-th task.
-    const int first_task = blockIdx.x * warps + warp;
-    const int items = first_task < tasks ? (tasks - first_task + stride - 1) / stride * chunks : 0;
-    uint4(*ring)[P][U][32] = nullptr;  // [S][P][U][lane] of this warp
-    uint4 wa[P][U], wb[P][U];          // S = 0
-    auto weightRow = [&](int task, int p) { return reinterpret_cast<const uint4*>(W + (int64_t(task) * P + p) * K); };
-    auto load = [&](uint4(&w)[P][U], int task, int chunk) {
-#pragma unroll
-        for (int p = 0; p < P; ++p)
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int k = (chunk * U + u) * 32 + lane;
-                w[p][u] = k < K8 ? loadWeights(weightRow(task, p) + k, evict_first, policy) : make_uint4(0, 0, 0, 0);
-            }
-    };
-    auto loadRing = [&](int item) {  // one group of copies, empty past the last item
-        if (item < items) {
-            const int task = first_task + item / chunks * stride, chunk = item % chunks;
-#pragma unroll
-            for (int p = 0; p < P; ++p)
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int k = (chunk * U + u) * 32 + lane;
-                    if (k < K8) copyWeights(&ring[item % (S > 0 ? S : 1)][p][u][lane], weightRow(task, p) + k, evict_first, policy);
-                }
-        }
-        commitCopies();
-    };
-    if constexpr (S > 0) {
-        commitCopies();  // the norm's weights
-        ring = reinterpret_cast<uint4(*)[P][U][32]>(reinterpret_cast<char*>(norm_w) + size_t(normVectors(in)) * K * 4 + size_t(warp) * S * kChunkBytes);
-        for (int i = 0; i < S - 1; ++i) loadRing(i);
-    } else {
-        if (items > 0) load(wa, first_task, 0);
-        if (items > 1) load(wb, first_task + 1 / chunks * stride, 1 % chunks);
-    }
-    // Nor does the step's metadata (uploaded before the step's first kernel).
     int token_row[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) token_row[r] = r < rows && in.row_map ? in.row_map[r] : r;
     const bool qkv = out.kind == SmallGemmOutput::Qkv && lane < rows;
     const int qkv_position = qkv ? out.qkv.meta.positions[lane] : 0, qkv_slot = qkv ? out.qkv.meta.slots[lane] : 0;
     waitForPredecessor(trace);
-    if (norm) {  // normRow reads them after a barrier
-        if constexpr (S > 0) waitCopies<S - 1>();  // all but the weights' groups
-        else asm volatile("cp.async.wait_all;" ::: "memory");
-    }
+    if (norm) asm volatile("cp.async.wait_all;" ::: "memory");  // normRow reads them after a barrier
     for (int r = 0; r < rows; ++r) {
         __half* dst = xs + int64_t(r) * K;
         if (norm) {
@@ -231,7 +194,7 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
     }
     __syncthreads();
     float acc[P][R] = {};
-    auto epilogue = [&](int task) {
+    auto epilogue = [&] {
 #pragma unroll
         for (int p = 0; p < P; ++p)
 #pragma unroll
@@ -260,8 +223,9 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
             else static_cast<float*>(out.y)[at] += a0 + bias;
         }
     };
-    // Adds chunk `chunk` of the weights weight(p, u) times the input rows into acc.
-    auto multiply = [&](int chunk, auto&& weight) {
+    // Multiplies the chunk in w, ends the task after its last chunk, then refills w with the
+    // chunk after the one in flight in the other buffer.
+    auto step = [&](uint4(&w)[P][U]) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int k = (chunk * U + u) * 32 + lane;
@@ -273,8 +237,7 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
                 const __half2* x2 = reinterpret_cast<const __half2*>(&xv);
 #pragma unroll
                 for (int p = 0; p < P; ++p) {
-                    const uint4 wv = weight(p, u);
-                    const __half2* w2 = reinterpret_cast<const __half2*>(&wv);
+                    const __half2* w2 = reinterpret_cast<const __half2*>(&w[p][u]);
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         const float2 wf = __half22float2(w2[i]), xf = __half22float2(x2[i]);
@@ -283,28 +246,16 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
                 }
             }
         }
+        if (chunk == chunks - 1) epilogue();
+        int after_task = next_task, after_chunk = next_chunk;
+        advance(after_task, after_chunk);
+        if (after_task < tasks) load(w, after_task, after_chunk);
+        task = next_task, chunk = next_chunk, next_task = after_task, next_chunk = after_chunk;
     };
-    if constexpr (S > 0) {
-        for (int i = 0; i < items; ++i) {
-            loadRing(i + S - 1);  // into the slot item i - 1 used
-            waitCopies<S - 1>();  // item i has landed (this lane's copies are all it reads)
-            const int task = first_task + i / chunks * stride, chunk = i % chunks;
-            multiply(chunk, [&](int p, int u) { return ring[i % S][p][u][lane]; });
-            if (chunk == chunks - 1) epilogue(task);
-        }
-    } else {
-        // Multiplies item i in w, ends the task after its last chunk, then refills w with
-        // item i + 2 (item i + 1 is in flight in the other buffer).
-        auto step = [&](uint4(&w)[P][U], int i) {
-            const int task = first_task + i / chunks * stride, chunk = i % chunks;
-            multiply(chunk, [&](int p, int u) { return w[p][u]; });
-            if (chunk == chunks - 1) epilogue(task);
-            if (i + 2 < items) load(w, first_task + (i + 2) / chunks * stride, (i + 2) % chunks);
-        };
-        for (int i = 0; i < items; i += 2) {
-            step(wa, i);
-            if (i + 1 < items) step(wb, i + 1);
-        }
+    while (task < tasks) {
+        step(wa);
+        if (task >= tasks) break;
+        step(wb);
     }
 }
 
@@ -383,40 +334,23 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
     if (lane == 0) ids[blockIdx.x] = at < n ? at : 0;  // all NaN: id 0
 }
 
-// Stages of the small GEMM's weight ring (0: registers; KILN_LLM_GEMV_STAGES, 0, 3 or 4).
-int gemvStages() {
-    static const int stages = [] {
-        const int v = decoderKnob("GEMV_STAGES", 0);
-        return v == 3 || v == 4 ? v : 0;
-    }();
-    return stages;
-}
-
 // A resident wave of blocks: as many as fit on each SM at this shared-memory size, or
 // fewer (KILN_LLM_GEMV_CTAS_PER_SM, for A/B runs: one per SM was 20% slower on the H200;
 // building for three per SM, fewer registers, gained nothing); the warps stride over the tasks.
-template <int R, int P, int S>
-void launchSmallGemmKernel(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
+template <int R, int P>
+void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
     static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
     // Evict-first weight loads: batch-1 decode on the H200 0.340 -> 0.309 ms/token (GPT-2),
     // 0.943 -> 0.914 (Llama-1.1B). KILN_LLM_WEIGHTS_EVICT_FIRST=0 turns them off.
     static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 1) != 0;
     const int warps = kBlockThreads / 32, tasks = N / P;
-    const size_t smem = smallGemmSmem(rows, K, normVectors(in)) + ringSmem(S);
+    const size_t smem = smallGemmSmem(rows, K, normVectors(in));
     int per_sm = 1;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P, S>, kBlockThreads, smem);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P>, kBlockThreads, smem);
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
-    launchDependent(smallGemmKernel<R, P, S>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first);
-}
-
-template <int R, int P>
-void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
-    const int stages = gemvStages();
-    if (stages == 3) launchSmallGemmKernel<R, P, 3>(rows, N, K, W, in, out, sms, s);
-    else if (stages == 4) launchSmallGemmKernel<R, P, 4>(rows, N, K, W, in, out, sms, s);
-    else launchSmallGemmKernel<R, P, 0>(rows, N, K, W, in, out, sms, s);
+    launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first);
 }
 
 template <int P>
@@ -426,16 +360,11 @@ void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGe
     else launchSmallGemmRows<4, P>(rows, N, K, W, in, out, sms, s);
 }
 
-template <int P, int S>
+template <int P>
 bool allowSmallGemmSmem(int bytes) {
-    return cudaFuncSetAttribute(smallGemmKernel<1, P, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
-           cudaFuncSetAttribute(smallGemmKernel<2, P, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
-           cudaFuncSetAttribute(smallGemmKernel<4, P, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
-}
-
-template <int S>
-bool allowSmallGemmSmemAll(int bytes) {
-    return allowSmallGemmSmem<1, S>(bytes) && allowSmallGemmSmem<2, S>(bytes);
+    return cudaFuncSetAttribute(smallGemmKernel<1, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
+           cudaFuncSetAttribute(smallGemmKernel<2, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
+           cudaFuncSetAttribute(smallGemmKernel<4, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
 }
 
 }  // namespace
@@ -470,13 +399,11 @@ void launchQkvToCache(int T, const __half* qkv, const QkvDestination& d, cudaStr
 }
 
 bool prepareSmallGemm(int max_k, int norm_k) {
-    const int stages = gemvStages();
-    const int bytes =
-        static_cast<int>(std::max(smallGemmSmem(kSmallGemmMaxRows, max_k, 0), smallGemmSmem(kSmallGemmMaxRows, norm_k, 2)) + ringSmem(stages));
+    const int bytes = static_cast<int>(std::max(smallGemmSmem(kSmallGemmMaxRows, max_k, 0), smallGemmSmem(kSmallGemmMaxRows, norm_k, 2)));
     int device = 0, optin = 0;
     if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) return false;
     if (bytes + 1024 > optin) return false;
-    return stages == 3 ? allowSmallGemmSmemAll<3>(bytes) : stages == 4 ? allowSmallGemmSmemAll<4>(bytes) : allowSmallGemmSmemAll<0>(bytes);
+    return allowSmallGemmSmem<1>(bytes) && allowSmallGemmSmem<2>(bytes);
 }
 
 void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
