@@ -13,6 +13,10 @@
 #include "backends/cpu/reference/channel_blocks.h"
 #include "backends/cpu/reference/kernel_util.h"
 
+// GCC 12 takes the AVX-512 intrinsics' undefined pass-through operands for uninitialized
+// variables (a false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace kiln {
 
 namespace {
@@ -100,11 +104,46 @@ std::vector<Tensor> fastUnblockChannels(const KernelContext& ctx) {
     return {y};
 }
 
+// One plane of 16-lane pixels to 16 lanes with AVX-512: four pixels at a time into
+// independent accumulators (one chain would wait on each add's latency).
+__attribute__((target("avx512f"))) void globalPoolPlane16(const float* plane, float* out, int64_t HW, bool max) {
+    if (max) {
+        __m512 m[4];
+        for (auto& v : m) v = _mm512_set1_ps(-INFINITY);
+        int64_t p = 0;
+        for (; p + 4 <= HW; p += 4)
+            for (int u = 0; u < 4; ++u) m[u] = maxOrNan16(m[u], _mm512_loadu_ps(plane + (p + u) * 16));
+        for (; p < HW; ++p) m[0] = maxOrNan16(m[0], _mm512_loadu_ps(plane + p * 16));
+        _mm512_storeu_ps(out, maxOrNan16(maxOrNan16(m[0], m[1]), maxOrNan16(m[2], m[3])));
+        return;
+    }
+    __m512d lo[4], hi[4];  // lanes 0-7 and 8-15 in double, as the reference sums
+    for (int u = 0; u < 4; ++u) lo[u] = hi[u] = _mm512_setzero_pd();
+    auto add = [](__m512d& l, __m512d& h, const float* px) __attribute__((target("avx512f"))) {
+        l = _mm512_add_pd(l, _mm512_cvtps_pd(_mm256_loadu_ps(px)));
+        h = _mm512_add_pd(h, _mm512_cvtps_pd(_mm256_loadu_ps(px + 8)));
+    };
+    int64_t p = 0;
+    for (; p + 4 <= HW; p += 4)
+        for (int u = 0; u < 4; ++u) add(lo[u], hi[u], plane + (p + u) * 16);
+    for (; p < HW; ++p) add(lo[0], hi[0], plane + p * 16);
+    const __m512d scale = _mm512_set1_pd(1.0 / static_cast<double>(std::max<int64_t>(HW, 1)));
+    const __m512d l = _mm512_add_pd(_mm512_add_pd(lo[0], lo[1]), _mm512_add_pd(lo[2], lo[3]));
+    const __m512d h = _mm512_add_pd(_mm512_add_pd(hi[0], hi[1]), _mm512_add_pd(hi[2], hi[3]));
+    _mm256_storeu_ps(out, _mm512_cvtpd_ps(_mm512_mul_pd(l, scale)));
+    _mm256_storeu_ps(out + 8, _mm512_cvtpd_ps(_mm512_mul_pd(h, scale)));
+}
+
 // Global pooling of blocked planes: each (image, block) plane of HW pixels to B lanes.
 // Averages sum in double, as the reference does (planes can be large).
 void globalPoolBlocked(const float* px, float* py, int64_t planes, int64_t HW, int64_t B, bool max) {
+    const bool avx512 = B == 16 && cpuHasAvx512();
 #pragma omp parallel for schedule(static) if (planes * HW * B > 4096)
     for (int64_t q = 0; q < planes; ++q) {
+        if (avx512) {
+            globalPoolPlane16(px + q * HW * B, py + q * B, HW, max);
+            continue;
+        }
         const float* plane = px + q * HW * B;
         if (max) {
             float m[kWideChannelBlock];
@@ -156,6 +195,48 @@ struct PoolWindows {
     // The same with one vector per pixel and group of 8 lanes.
     __attribute__((target("avx2"))) void rowAvx2(float* dst, const float* plane, int64_t oh) const {
         for (int64_t l0 = 0; l0 < B; l0 += 8) rowLanesAvx2(dst + l0, plane + l0, oh);
+    }
+    // Blocks of 16 with one AVX-512 vector per pixel, four windows at a time where they lie
+    // inside the plane (as rowLanesAvx2).
+    __attribute__((target("avx512f"))) void rowAvx512(float* dst, const float* plane, int64_t oh) const {
+        const int64_t h0 = oh * sh - pt;
+        const bool rows_inside = h0 >= 0 && h0 + (KH - 1) * dh < H;
+        const __m512 init = _mm512_set1_ps(max ? -INFINITY : 0.f);
+        int64_t ow = 0;
+        while (ow < OW) {
+            const int64_t w0 = ow * sw - pl;
+            if (rows_inside && ow + 4 <= OW && w0 >= 0 && (ow + 3) * sw - pl + (KW - 1) * dw < W) {
+                __m512 acc[4] = {init, init, init, init};
+                for (int64_t i = 0; i < KH; ++i)
+                    for (int64_t j = 0; j < KW; ++j) {
+                        const float* p = plane + ((h0 + i * dh) * W + w0 + j * dw) * 16;
+                        for (int64_t u = 0; u < 4; ++u) {
+                            const __m512 v = _mm512_loadu_ps(p + u * sw * 16);
+                            acc[u] = max ? maxOrNan16(acc[u], v) : _mm512_add_ps(acc[u], v);
+                        }
+                    }
+                const __m512 scale = _mm512_set1_ps(1.f / static_cast<float>(KH * KW));
+                for (int64_t u = 0; u < 4; ++u) _mm512_storeu_ps(dst + (ow + u) * 16, max ? acc[u] : _mm512_mul_ps(acc[u], scale));
+                ow += 4;
+                continue;
+            }
+            __m512 acc = init;
+            int64_t count = 0;
+            for (int64_t i = 0; i < KH; ++i) {
+                const int64_t h = h0 + i * dh;
+                if (h < 0 || h >= H) continue;
+                for (int64_t j = 0; j < KW; ++j) {
+                    const int64_t w = w0 + j * dw;
+                    if (w < 0 || w >= W) continue;
+                    const __m512 v = _mm512_loadu_ps(plane + (h * W + w) * 16);
+                    acc = max ? maxOrNan16(acc, v) : _mm512_add_ps(acc, v);
+                    ++count;
+                }
+            }
+            if (!max) acc = _mm512_mul_ps(acc, _mm512_set1_ps(count ? 1.f / static_cast<float>(count) : 0.f));
+            _mm512_storeu_ps(dst + ow * 16, acc);
+            ++ow;
+        }
     }
     // Lanes [l0, l0 + 8) of a row, dst and plane offset by l0 (no lambda: it would not inherit
     // the AVX2 target). Where four neighbouring windows lie inside the plane they go together,
@@ -227,13 +308,15 @@ std::vector<Tensor> fastBlockedPool(const KernelContext& ctx) {
     Tensor y = ctx.output(0, DType::F32, {N, CB, OH, OW, B});
     float* py = y.data<float>();
     const PoolWindows win{H, W, OW, k[0], k[1], st[0], st[1], dil[0], dil[1], pads.begin[0], pads.begin[1], max, B};
-    const bool avx2 = cpuHasAvx2Fma();
+    const bool avx2 = cpuHasAvx2Fma(), avx512 = B == 16 && cpuHasAvx512();
 #pragma omp parallel for schedule(static) collapse(2) if (N * CB * OH * OW * B > 2048)
     for (int64_t q = 0; q < N * CB; ++q)
         for (int64_t oh = 0; oh < OH; ++oh) {
             const float* plane = px + q * H * W * B;
             float* row = py + (q * OH + oh) * OW * B;
-            avx2 ? win.rowAvx2(row, plane, oh) : win.row(row, plane, oh);
+            if (avx512) win.rowAvx512(row, plane, oh);
+            else if (avx2) win.rowAvx2(row, plane, oh);
+            else win.row(row, plane, oh);
         }
     return {y};
 }

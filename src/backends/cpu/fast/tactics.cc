@@ -65,6 +65,11 @@ bool cpuHasAvx2Fma() {
     return yes;
 }
 
+bool cpuHasAvx512() {
+    static const bool yes = cpuHasAvx2Fma() && __builtin_cpu_supports("avx512f");
+    return yes;
+}
+
 void setCpuThreads(int threads) {
     g_threads = threads > 0 ? threads : omp_get_num_procs();
     omp_set_num_threads(g_threads);
