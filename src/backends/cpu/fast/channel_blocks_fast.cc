@@ -197,7 +197,9 @@ struct PoolWindows {
         for (int64_t l0 = 0; l0 < B; l0 += 8) rowLanesAvx2(dst + l0, plane + l0, oh);
     }
     // Blocks of 16 with one AVX-512 vector per pixel, four windows at a time where they lie
-    // inside the plane (as rowLanesAvx2).
+    // inside the plane: rowLanesAvx2 with 16-lane vectors (kept as a second copy because a
+    // function's target attribute cannot follow a template parameter, and intrinsics do not
+    // inline into a function compiled for a lesser target).
     __attribute__((target("avx512f"))) void rowAvx512(float* dst, const float* plane, int64_t oh) const {
         const int64_t h0 = oh * sh - pt;
         const bool rows_inside = h0 >= 0 && h0 + (KH - 1) * dh < H;
