@@ -20,7 +20,7 @@ std::shared_ptr<std::byte[]> allocateBytes(size_t bytes, bool zero) {
 }
 
 Tensor::Tensor(DType dtype, Dims dims) : dtype_(dtype), dims_(std::move(dims)) {
-    for (int64_t d : dims_) check(d >= 0, "tensor dimension must be non-negative, got " + dimsToString(dims_));
+    for (int64_t d : dims_) check(d >= 0, [&] { return "tensor dimension must be non-negative, got " + dimsToString(dims_); });
     numel_ = numElements(dims_);
     data_ = allocateBytes(byteSize());
 }
@@ -29,7 +29,7 @@ Tensor Tensor::uninitialized(DType dtype, Dims dims) {
     Tensor t;
     t.dtype_ = dtype;
     t.dims_ = std::move(dims);
-    for (int64_t d : t.dims_) check(d >= 0, "tensor dimension must be non-negative, got " + dimsToString(t.dims_));
+    for (int64_t d : t.dims_) check(d >= 0, [&] { return "tensor dimension must be non-negative, got " + dimsToString(t.dims_); });
     t.numel_ = numElements(t.dims_);
     t.data_ = allocateBytes(t.byteSize(), false);
     return t;
@@ -45,7 +45,7 @@ Tensor Tensor::alias(DType dtype, Dims dims, const std::shared_ptr<std::byte[]>&
 }
 
 Tensor Tensor::reshaped(Dims dims) const {
-    check(numElements(dims) == numel_, "cannot reshape " + summary() + " to " + dimsToString(dims));
+    check(numElements(dims) == numel_, [&] { return "cannot reshape " + summary() + " to " + dimsToString(dims); });
     Tensor t = *this;
     t.dims_ = std::move(dims);
     return t;
@@ -66,7 +66,7 @@ double Tensor::scalarAt(int64_t i) const {
 }
 
 std::vector<int64_t> Tensor::toInt64Vector() const {
-    check(isInteger(dtype_), "expected an integer tensor, got " + summary());
+    check(isInteger(dtype_), [&] { return "expected an integer tensor, got " + summary(); });
     std::vector<int64_t> out(static_cast<size_t>(numel_));
     dispatchDType(dtype_, "toInt64Vector", [&](auto tag) {
         using T = typename decltype(tag)::type;

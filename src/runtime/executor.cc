@@ -15,21 +15,24 @@ void checkInputs(const Graph& g, const TensorMap& inputs) {
     const auto declared = g.runtimeInputs();
     for (const auto& vi : declared) {
         auto it = inputs.find(vi.name);
-        check(it != inputs.end(), "missing input '" + vi.name + "' (" + std::string(dtypeName(vi.dtype)) + vi.shape.toString() + ")");
+        check(it != inputs.end(), [&] { return "missing input '" + vi.name + "' (" + std::string(dtypeName(vi.dtype)) + vi.shape.toString() + ")"; });
         const Tensor& t = it->second;
-        check(vi.dtype == DType::Undefined || t.dtype() == vi.dtype,
-              "input '" + vi.name + "' has element type " + std::string(dtypeName(t.dtype())) + ", the model expects " + std::string(dtypeName(vi.dtype)));
+        check(vi.dtype == DType::Undefined || t.dtype() == vi.dtype, [&] {
+            return "input '" + vi.name + "' has element type " + std::string(dtypeName(t.dtype())) + ", the model expects " + std::string(dtypeName(vi.dtype));
+        });
         if (!vi.shape.rank_known) continue;
-        const std::string want = vi.shape.toString();
-        check(t.rank() == vi.shape.dims.size(), "input '" + vi.name + "' has shape " + dimsToString(t.dims()) + ", the model expects " + want);
+        auto wrong_shape = [&] { return "input '" + vi.name + "' has shape " + dimsToString(t.dims()) + ", the model expects " + vi.shape.toString(); };
+        check(t.rank() == vi.shape.dims.size(), wrong_shape);
         for (size_t d = 0; d < t.rank(); ++d) {
             const Dim& dim = vi.shape.dims[d];
             if (dim.known()) {
-                check(t.dims()[d] == dim.size, "input '" + vi.name + "' has shape " + dimsToString(t.dims()) + ", the model expects " + want);
+                check(t.dims()[d] == dim.size, wrong_shape);
             } else if (!dim.symbol.empty()) {
                 auto [s, fresh] = symbols.emplace(dim.symbol, t.dims()[d]);
-                check(fresh || s->second == t.dims()[d], "input '" + vi.name + "' dim '" + dim.symbol + "' is " + std::to_string(t.dims()[d]) +
-                                                             " but another input set it to " + std::to_string(s->second));
+                check(fresh || s->second == t.dims()[d], [&] {
+                    return "input '" + vi.name + "' dim '" + dim.symbol + "' is " + std::to_string(t.dims()[d]) + " but another input set it to " +
+                           std::to_string(s->second);
+                });
             }
         }
     }
@@ -98,7 +101,7 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* pla
                 continue;
             }
             auto it = values.find(in);
-            check(it != values.end(), node.describe() + ": input '" + in + "' has no value");
+            check(it != values.end(), [&] { return node.describe() + ": input '" + in + "' has no value"; });
             ctx.inputs.push_back(&it->second);
         }
         const auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
@@ -120,7 +123,7 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* pla
         }
         for (size_t k = 0; k < node.outputs.size(); ++k) {
             if (node.outputs[k].empty()) continue;
-            check(k < outs.size(), node.describe() + ": kernel produced no value for output '" + node.outputs[k] + "'");
+            check(k < outs.size(), [&] { return node.describe() + ": kernel produced no value for output '" + node.outputs[k] + "'"; });
             values[node.outputs[k]] = placer ? placer->place(i, node.outputs[k], std::move(outs[k])) : std::move(outs[k]);
         }
         // Free values no later node reads.

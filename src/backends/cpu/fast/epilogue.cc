@@ -18,7 +18,7 @@ Activation Activation::fromNode(const Node& n) {
             act.kind = kind;
             found = true;
         }
-    check(found, n.describe() + ": unknown fused activation '" + name + "'");
+    check(found, [&] { return n.describe() + ": unknown fused activation '" + name + "'"; });
     auto p = n.attrs.getFloats("activation_params");
     if (p.size() > 0) act.a = p[0];
     if (p.size() > 1) act.b = p[1];

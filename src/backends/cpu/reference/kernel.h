@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ir/graph.h"
@@ -43,6 +44,11 @@ struct KernelContext {
     [[noreturn]] void fail(const std::string& message) const;
     void require(bool condition, const std::string& message) const {
         if (!condition) fail(message);
+    }
+    // The message made only on failure (for checks on every run).
+    template <typename MakeMessage, std::enable_if_t<std::is_invocable_r_v<std::string, MakeMessage>, int> = 0>
+    void require(bool condition, MakeMessage&& message) const {
+        if (!condition) fail(message());
     }
 };
 

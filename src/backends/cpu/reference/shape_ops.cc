@@ -41,10 +41,10 @@ std::vector<Tensor> reshape(const KernelContext& ctx) {
         }
     }
     if (infer >= 0) {
-        ctx.require(known != 0 && x.numel() % known == 0, "cannot infer -1 reshaping " + x.summary() + " to " + dimsToString(shape));
+        ctx.require(known != 0 && x.numel() % known == 0, [&] { return "cannot infer -1 reshaping " + x.summary() + " to " + dimsToString(shape); });
         shape[infer] = x.numel() / known;
     }
-    ctx.require(numElements(shape) == x.numel(), "cannot reshape " + x.summary() + " to " + dimsToString(shape));
+    ctx.require(numElements(shape) == x.numel(), [&] { return "cannot reshape " + x.summary() + " to " + dimsToString(shape); });
     return {x.reshaped(shape)};
 }
 
