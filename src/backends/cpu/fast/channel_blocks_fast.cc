@@ -1,8 +1,8 @@
 // Fast kernels of the channel-blocked layouts (channel_blocks.h, blocks of B = 8 or 16
 // channels): the reorders at the ends of a blocked conv chain as 8x8 AVX2 transposes (8
 // channel planes <-> 8 pixels of 8 lanes, B / 8 of them per block), one (image, channel
-// block) per thread; and pooling on blocked data, 8 channels per vector, so that a chain does
-// not leave the layout for a MaxPool or a global average.
+// block) per thread; and pooling on blocked data, 8 channels per AVX2 vector or 16 per AVX-512
+// one, so that a chain does not leave the layout for a MaxPool or a global average.
 #include <immintrin.h>
 
 #include <algorithm>

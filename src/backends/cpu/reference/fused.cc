@@ -40,13 +40,12 @@ std::vector<Tensor> fusedConv(const KernelContext& ctx) {
         const std::string weight_layout = ctx.attrs().getString("weight_layout", "");
         ctx.require(packedConvWeightBlock(weight_layout) == block, layout + " conv needs weights packed in blocks of " + std::to_string(block) + ", got '" + weight_layout + "'");
         const int64_t out_channels = dims[0], in_channels = dims[1] * ctx.attrs().getInt("group", 1);
-        try {
-            if (ctx.attrs().getString("src_layout", layout) != "NCHW") {
-                ctx.require(x.rank() == 5 && x.dims()[4] == block, layout + " conv needs a blocked input, got " + dimsToString(x.dims()));
-                x = unblockChannels(x, in_channels);
-            }
+        const bool blocked_src = ctx.attrs().getString("src_layout", layout) != "NCHW";
+        if (blocked_src) ctx.require(x.rank() == 5 && x.dims()[4] == block, layout + " conv needs a blocked input, got " + dimsToString(x.dims()));
+        if (z.defined()) ctx.require(z.rank() == 5 && z.dims()[4] == block, layout + " conv needs a blocked residual, got " + dimsToString(z.dims()));
+        try {  // the layout helpers' errors, prefixed with the node once
+            if (blocked_src) x = unblockChannels(x, in_channels);
             w = unpackConvWeights(w, weight_layout, dims);
-            if (z.defined()) ctx.require(z.rank() == 5 && z.dims()[4] == block, layout + " conv needs a blocked residual, got " + dimsToString(z.dims()));
             if (z.defined()) z = unblockChannels(z, out_channels);
         } catch (const Error& e) {
             ctx.fail(e.what());
