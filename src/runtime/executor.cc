@@ -69,6 +69,7 @@ GraphExecutor::GraphExecutor(const Graph& graph, const std::map<std::string, std
         const Node& n = graph.nodes[i];
         auto t = tactics.find(n.name);
         kernels_.push_back(t == tactics.end() ? referenceKernels().find(n.op_type) : kernelForTactic(n, t->second));
+        memos_.push_back(std::make_unique<KernelMemo>());
         if (!kernels_.back()) missing.insert(n.op_type);
         for (const auto& in : n.inputs) last_use_[in] = i;
     }
@@ -94,7 +95,7 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* pla
     for (const auto& o : graph_.outputs) keep.insert(o.name);
     for (size_t i = 0; i < graph_.nodes.size(); ++i) {
         const Node& node = graph_.nodes[i];
-        KernelContext ctx{node, {}, graph_.opset, nullptr, placer};
+        KernelContext ctx{node, {}, graph_.opset, nullptr, placer, memos_[i].get()};
         for (const auto& in : node.inputs) {
             if (in.empty()) {
                 ctx.inputs.push_back(nullptr);

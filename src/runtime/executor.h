@@ -42,6 +42,7 @@ public:
 private:
     const Graph& graph_;
     std::vector<KernelFn> kernels_;                // per node
+    std::vector<std::unique_ptr<KernelMemo>> memos_;  // per node: kept between runs
     // Time per op type, printed at exit when KILN_PROFILE is set (a debugging aid).
     struct Profile {
         std::mutex mutex;

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "backends/cpu/fast/max_or_nan.h"
+#include "backends/cpu/fast/parallel_for.h"
 #include "backends/cpu/fast/tactics.h"
 #include "backends/cpu/reference/channel_blocks.h"
 #include "backends/cpu/reference/kernel_util.h"
@@ -72,14 +73,13 @@ std::vector<Tensor> fastBlockChannels(const KernelContext& ctx) {
     Tensor y = ctx.output(0, DType::F32, {N, CB, x.dims()[2], x.dims()[3], B});
     const float* px = x.data<float>();
     float* py = y.data<float>();
-#pragma omp parallel for schedule(static) collapse(2) if (x.numel() > 16384)
-    for (int64_t n = 0; n < N; ++n)
-        for (int64_t cb = 0; cb < CB; ++cb) {
-            const float* planes[kWideChannelBlock];
-            const int64_t lanes = std::min(B, C - cb * B);
-            for (int64_t l = 0; l < lanes; ++l) planes[l] = px + (n * C + cb * B + l) * HW;
-            blockPlanesAvx2(py + (n * CB + cb) * HW * B, planes, lanes, HW, B);
-        }
+    parallelFor(N * CB, x.numel() > 16384, [&](int64_t q) {
+        const int64_t n = q / CB, cb = q % CB;
+        const float* planes[kWideChannelBlock];
+        const int64_t lanes = std::min(B, C - cb * B);
+        for (int64_t l = 0; l < lanes; ++l) planes[l] = px + (n * C + cb * B + l) * HW;
+        blockPlanesAvx2(py + q * HW * B, planes, lanes, HW, B);
+    });
     return {y};
 }
 
@@ -93,14 +93,13 @@ std::vector<Tensor> fastUnblockChannels(const KernelContext& ctx) {
     Tensor y = ctx.output(0, DType::F32, {N, C, x.dims()[2], x.dims()[3]});
     const float* px = x.data<float>();
     float* py = y.data<float>();
-#pragma omp parallel for schedule(static) collapse(2) if (x.numel() > 16384)
-    for (int64_t n = 0; n < N; ++n)
-        for (int64_t cb = 0; cb < CB; ++cb) {
-            float* planes[kWideChannelBlock];
-            const int64_t lanes = std::min(B, C - cb * B);
-            for (int64_t l = 0; l < lanes; ++l) planes[l] = py + (n * C + cb * B + l) * HW;
-            unblockPlanesAvx2(planes, px + (n * CB + cb) * HW * B, lanes, HW, B);
-        }
+    parallelFor(N * CB, x.numel() > 16384, [&](int64_t q) {
+        const int64_t n = q / CB, cb = q % CB;
+        float* planes[kWideChannelBlock];
+        const int64_t lanes = std::min(B, C - cb * B);
+        for (int64_t l = 0; l < lanes; ++l) planes[l] = py + (n * C + cb * B + l) * HW;
+        unblockPlanesAvx2(planes, px + q * HW * B, lanes, HW, B);
+    });
     return {y};
 }
 
@@ -134,15 +133,21 @@ __attribute__((target("avx512f"))) void globalPoolPlane16(const float* plane, fl
     _mm256_storeu_ps(out + 8, _mm512_cvtpd_ps(_mm512_mul_pd(h, scale)));
 }
 
+// Input (global) or output (windowed) floats past which a blocked pool is shared between
+// threads. Below, one thread is faster: on the 2-core VM of 2026-12-03, small_cnn's batch-2
+// MaxPool (8192 outputs) took 3 us alone and 9 us shared, its global average (16384 inputs)
+// 1 us alone and 5 us shared (a region's futex calls, and the other core's half of the
+// input to fetch); at batch 16 (8x larger) sharing won.
+constexpr int64_t kGlobalPoolSharedFrom = 32768;
+constexpr int64_t kPoolSharedFrom = 16384;
 // Global pooling of blocked planes: each (image, block) plane of HW pixels to B lanes.
 // Averages sum in double, as the reference does (planes can be large).
 void globalPoolBlocked(const float* px, float* py, int64_t planes, int64_t HW, int64_t B, bool max) {
     const bool avx512 = B == 16 && cpuHasAvx512();
-#pragma omp parallel for schedule(static) if (planes * HW * B > 4096)
-    for (int64_t q = 0; q < planes; ++q) {
+    parallelFor(planes, planes * HW * B > kGlobalPoolSharedFrom, [&](int64_t q) {
         if (avx512) {
             globalPoolPlane16(px + q * HW * B, py + q * B, HW, max);
-            continue;
+            return;
         }
         const float* plane = px + q * HW * B;
         if (max) {
@@ -158,7 +163,7 @@ void globalPoolBlocked(const float* px, float* py, int64_t planes, int64_t HW, i
                 for (int64_t l = 0; l < B; ++l) sum[l] += plane[p * B + l];
             for (int64_t l = 0; l < B; ++l) py[q * B + l] = static_cast<float>(sum[l] / static_cast<double>(std::max<int64_t>(HW, 1)));
         }
-    }
+    });
 }
 
 // The windows of one output row of a blocked MaxPool / AveragePool (padding not counted).
@@ -311,15 +316,14 @@ std::vector<Tensor> fastBlockedPool(const KernelContext& ctx) {
     float* py = y.data<float>();
     const PoolWindows win{H, W, OW, k[0], k[1], st[0], st[1], dil[0], dil[1], pads.begin[0], pads.begin[1], max, B};
     const bool avx2 = cpuHasAvx2Fma(), avx512 = B == 16 && cpuHasAvx512();
-#pragma omp parallel for schedule(static) collapse(2) if (N * CB * OH * OW * B > 2048)
-    for (int64_t q = 0; q < N * CB; ++q)
-        for (int64_t oh = 0; oh < OH; ++oh) {
-            const float* plane = px + q * H * W * B;
-            float* row = py + (q * OH + oh) * OW * B;
-            if (avx512) win.rowAvx512(row, plane, oh);
-            else if (avx2) win.rowAvx2(row, plane, oh);
-            else win.row(row, plane, oh);
-        }
+    parallelFor(N * CB * OH, N * CB * OH * OW * B > kPoolSharedFrom, [&](int64_t r) {
+        const int64_t q = r / OH, oh = r % OH;
+        const float* plane = px + q * H * W * B;
+        float* row = py + r * OW * B;
+        if (avx512) win.rowAvx512(row, plane, oh);
+        else if (avx2) win.rowAvx2(row, plane, oh);
+        else win.row(row, plane, oh);
+    });
     return {y};
 }
 

@@ -9,11 +9,13 @@
 #include "backends/cpu/fast/tactics.h"
 
 #ifdef KILN_WITH_DNNL
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <array>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -156,41 +158,129 @@ CachedPrimitive buildPrimitive(const BlockedConv& g, const Node& node) {
     return c;
 }
 
-const CachedPrimitive& cachedPrimitive(const BlockedConv& g, const Node& node) {
+// The OpenMP thread count (what oneDNN uses) set for a scope, then restored.
+struct ScopedOmpThreads {
+    int before = omp_get_max_threads();
+    explicit ScopedOmpThreads(int threads) {
+        if (threads != before) omp_set_num_threads(threads);
+    }
+    ~ScopedOmpThreads() {
+        if (omp_get_max_threads() != before) omp_set_num_threads(before);
+    }
+};
+
+// Shared, so that a primitive outlives the cache starting over while a run or a memo holds it.
+std::shared_ptr<const CachedPrimitive> cachedPrimitive(const BlockedConv& g, const Node& node, int threads) {
     static std::mutex mutex;
-    static std::map<BlockedConv::Key, CachedPrimitive> cache;
-    const BlockedConv::Key key = g.key(node, cpuThreads());
+    static std::map<BlockedConv::Key, std::shared_ptr<const CachedPrimitive>> cache;
+    const BlockedConv::Key key = g.key(node, threads);
     std::lock_guard<std::mutex> lock(mutex);
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     if (cache.size() >= 4096) cache.clear();  // many geometries (dynamic shapes): start over
-    return cache.emplace(key, buildPrimitive(g, node)).first->second;
+    // oneDNN splits the work for the thread count at creation (and runs it at execution).
+    const ScopedOmpThreads scoped(threads);
+    return cache.emplace(key, std::make_shared<const CachedPrimitive>(buildPrimitive(g, node))).first->second;
+}
+
+// Dense convolutions of fewer floating-point operations run on one thread: sharing them
+// costs more than it gains. On the 2-core VM of 2026-12-03, small_cnn's batch-2 first conv
+// (1.8 MFLOP) took 13 us in the model on one thread and 17 on two, and the MaxPool after it
+// 3 us instead of 9 (its input no longer split between the cores' caches); the second conv
+// (4.7 MFLOP) gained from two (26 -> 20 us). Depthwise convs (few FLOPs for their bytes)
+// keep sharing: MobileNetV2 was 3% slower with its small ones on one thread. (Timing each
+// node alone, as tactic.cpu.conv=auto does, picks two threads: what it costs shows in the
+// nodes around.)
+constexpr double kSharedConvFlops = 2e6;
+
+// A node's geometry and primitive for the inputs' dims of its last run (the executor's
+// KernelMemo): reading the attributes and finding the primitive took 2-3 us a call, a
+// fifth of a small conv.
+struct PreparedConv {
+    std::vector<Dims> input_dims;  // Dims{} for an omitted input
+    int pool_threads;              // cpuThreads() when prepared
+    int threads;                   // the conv's: 1 for small ones
+    BlockedConv g;
+    std::shared_ptr<const CachedPrimitive> prim;
+
+    static std::vector<Dims> inputDims(const KernelContext& ctx) {
+        std::vector<Dims> d(ctx.numInputs());
+        for (size_t i = 0; i < d.size(); ++i)
+            if (ctx.hasInput(i)) d[i] = ctx.input(i).dims();
+        return d;
+    }
+    bool matches(const KernelContext& ctx) const {
+        if (pool_threads != cpuThreads() || input_dims.size() != ctx.numInputs()) return false;
+        for (size_t i = 0; i < input_dims.size(); ++i)
+            if (ctx.hasInput(i) ? ctx.input(i).dims() != input_dims[i] : !input_dims[i].empty()) return false;
+        return true;
+    }
+};
+
+std::shared_ptr<const PreparedConv> prepareConv(const KernelContext& ctx) {
+    if (ctx.memo)
+        if (auto p = ctx.memo->get<PreparedConv>(); p && p->matches(ctx)) return p;
+    auto p = std::make_shared<PreparedConv>(PreparedConv{PreparedConv::inputDims(ctx), cpuThreads(), cpuThreads(), geometry(ctx), nullptr});
+    const BlockedConv& g = p->g;
+    if (g.group == 1 && 2.0 * g.N * g.O * g.OH * g.OW * g.C * g.KH * g.KW < kSharedConvFlops) p->threads = 1;
+    try {
+        p->prim = cachedPrimitive(p->g, ctx.node, p->threads);
+    } catch (const dnnl::error& e) {
+        ctx.fail(std::string("oneDNN cannot build this convolution: ") + e.what());
+    }
+    const Tensor& w = ctx.input(1);
+    ctx.require(p->prim->weights.get_size() == w.byteSize(),
+                [&] { return "packed weights of " + dimsToString(w.dims()) + " do not match " + p->g.weight_layout; });
+    if (ctx.memo) ctx.memo->set(p);
+    return p;
+}
+
+// This thread's oneDNN memory objects for a primitive's arguments, made once and pointed at
+// each call's buffers: making them per call took 0.25 us each, 2 us of small_cnn's 40-us
+// batch-2 run. Keyed by the primitive's address and checked through a weak pointer, so that
+// a new primitive at a dead one's address gets its own.
+std::unordered_map<int, memory>& threadArguments(const std::shared_ptr<const CachedPrimitive>& prim, bool bias) {
+    struct Entry {
+        std::weak_ptr<const CachedPrimitive> owner;
+        std::unordered_map<int, memory> args;
+    };
+    thread_local std::unordered_map<const CachedPrimitive*, Entry> entries;
+    Entry& e = entries[prim.get()];
+    if (e.owner.expired() || e.args.size() != (bias ? 5u : 4u)) {
+        if (entries.size() > 4096) {  // dead primitives' entries pile up with many geometries: start over
+            entries.clear();
+            return threadArguments(prim, bias);
+        }
+        const dnnl::engine& engine = cpuEngine();
+        e.owner = prim;
+        e.args = {{DNNL_ARG_SRC, memory(prim->src, engine, nullptr)},
+                  {DNNL_ARG_WEIGHTS, memory(prim->weights, engine, nullptr)},
+                  {DNNL_ARG_DST, memory(prim->dst, engine, nullptr)},
+                  {DNNL_ARG_SCRATCHPAD, memory(prim->scratchpad, engine, nullptr)}};
+        if (bias) e.args.emplace(DNNL_ARG_BIAS, memory(prim->bias, engine, nullptr));
+    }
+    return e.args;
 }
 
 std::vector<Tensor> blockedConv(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const Tensor& w = ctx.input(1);
     if (x.dtype() != DType::F32 || w.dtype() != DType::F32) return referenceFallback(ctx);
-    const BlockedConv g = geometry(ctx);
-    const CachedPrimitive* prim = nullptr;
-    try {
-        prim = &cachedPrimitive(g, ctx.node);
-    } catch (const dnnl::error& e) {
-        ctx.fail(std::string("oneDNN cannot build this convolution: ") + e.what());
-    }
-    ctx.require(prim->weights.get_size() == w.byteSize(), "packed weights of " + dimsToString(w.dims()) + " do not match " + g.weight_layout);
+    const auto prepared = prepareConv(ctx);
+    const BlockedConv& g = prepared->g;
+    const CachedPrimitive* prim = prepared->prim.get();
     Tensor y = ctx.output(0, DType::F32, {g.N, channelBlocks(g.O, g.block), g.OH, g.OW, g.block});
     if (g.residual) std::memcpy(y.raw(), ctx.input(3).raw(), y.byteSize());  // the sum post-op adds what dst holds
     thread_local std::vector<std::byte> scratch;
     scratch.resize(prim->scratchpad.get_size());
-    const dnnl::engine& engine = cpuEngine();
-    auto wrap = [&](const memory::desc& d, const void* p) { return memory(d, engine, const_cast<void*>(p)); };
-    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, wrap(prim->src, x.raw())},
-                                            {DNNL_ARG_WEIGHTS, wrap(prim->weights, w.raw())},
-                                            {DNNL_ARG_DST, wrap(prim->dst, y.raw())},
-                                            {DNNL_ARG_SCRATCHPAD, wrap(prim->scratchpad, scratch.data())}};
-    if (g.bias) args.emplace(DNNL_ARG_BIAS, wrap(prim->bias, ctx.input(2).raw()));
-    thread_local dnnl::stream stream(engine);
+    std::unordered_map<int, memory>& args = threadArguments(prepared->prim, g.bias);
+    args.at(DNNL_ARG_SRC).set_data_handle(const_cast<std::byte*>(x.raw()));
+    args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<std::byte*>(w.raw()));
+    args.at(DNNL_ARG_DST).set_data_handle(y.raw());
+    args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(scratch.data());
+    if (g.bias) args.at(DNNL_ARG_BIAS).set_data_handle(const_cast<std::byte*>(ctx.input(2).raw()));
+    thread_local dnnl::stream stream(cpuEngine());
+    const ScopedOmpThreads threads(prepared->threads);
     prim->conv.execute(stream, args);
     stream.wait();
     return {y};

@@ -9,6 +9,7 @@
 #include "backends/cpu/fast/conv_geometry.h"
 #include "backends/cpu/fast/epilogue.h"
 #include "backends/cpu/fast/sgemm.h"
+#include "backends/cpu/fast/parallel_for.h"
 #include "backends/cpu/fast/tactics.h"
 
 namespace kiln {
@@ -70,8 +71,7 @@ std::vector<Tensor> winogradConv(const KernelContext& ctx) {
     const int64_t block = std::min(tiles, std::max<int64_t>(64, (int64_t{1} << 21) / (kTile * std::max(C, M))));
     std::vector<float> U(static_cast<size_t>(kTile * M * C)), V(static_cast<size_t>(kTile * C * block)), P(static_cast<size_t>(kTile * M * block));
     const float* wd = ctx.input(1).data<float>();
-#pragma omp parallel for schedule(static) if (M * C > 256)
-    for (int64_t mc = 0; mc < M * C; ++mc) transformFilter(wd + mc * 9, U.data() + mc, M * C);
+    parallelFor(M * C, M * C > 256, [&](int64_t mc) { transformFilter(wd + mc * 9, U.data() + mc, M * C); });
     const float* xd = ctx.input(0).data<float>();
     Tensor y = ctx.output(0, DType::F32, {N, M, OH, OW});
     float* yd = y.data<float>();

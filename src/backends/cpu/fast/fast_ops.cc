@@ -8,6 +8,7 @@
 
 #include "backends/cpu/fast/epilogue.h"
 #include "backends/cpu/fast/max_or_nan.h"
+#include "backends/cpu/fast/parallel_for.h"
 #include "backends/cpu/fast/sgemm.h"
 #include "backends/cpu/fast/softmax_row.h"
 #include "backends/cpu/fast/tactics.h"
@@ -19,8 +20,7 @@ namespace {
 
 // In-place softmax of `rows` rows of `len` floats.
 void softmaxRows(float* p, int64_t rows, int64_t len) {
-#pragma omp parallel for schedule(static) if (rows * len > 16384)
-    for (int64_t r = 0; r < rows; ++r) softmaxRow(p + r * len, len);
+    parallelFor(rows, rows * len > 16384, [&](int64_t r) { softmaxRow(p + r * len, len); });
 }
 
 std::vector<Tensor> fastSoftmax(const KernelContext& ctx) {
@@ -67,8 +67,7 @@ std::vector<Tensor> fastLayerNorm(const KernelContext& ctx) {
     const float* b = bias ? bias->data<float>() : nullptr;
     float* py = y.data<float>();
     const int64_t rows = len ? x.numel() / len : 0;
-#pragma omp parallel for schedule(static) if (rows * len > 16384)
-    for (int64_t r = 0; r < rows; ++r) layerNormRow(px + r * len, py + r * len, len, g, b, eps);
+    parallelFor(rows, rows * len > 16384, [&](int64_t r) { layerNormRow(px + r * len, py + r * len, len, g, b, eps); });
     return {y};
 }
 
@@ -240,8 +239,7 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
     // Step by step over blocks that stay in L1, each step one vectorizable loop (an
     // interpreter per element ran BERT's 32K-element embedding sum at 10 ns an element).
     const int64_t blocks = (n + kChainBlock - 1) / kChainBlock;
-#pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    parallelFor(blocks, n > 32768, [&](int64_t blk) {
         const int64_t i0 = blk * kChainBlock, len = std::min(kChainBlock, n - i0);
         float* v = py + i0;
         std::memcpy(v, px + i0, static_cast<size_t>(len) * sizeof(float));
@@ -258,7 +256,7 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
                 j += piece;
             }
         }
-    }
+    });
     return {y};
 }
 
@@ -347,8 +345,7 @@ std::vector<Tensor> fastGlobalAveragePool(const KernelContext& ctx) {
     const float* px = x.data<float>();
     float* py = y.data<float>();
     // Parallel from 8K inputs (small_cnn's at batch 2, 16K: 3.6 -> 2.6 us).
-#pragma omp parallel for schedule(static) if (x.numel() > 8192)
-    for (int64_t p = 0; p < planes; ++p) {
+    parallelFor(planes, x.numel() > 8192, [&](int64_t p) {
         // Double sums (the reference's accuracy on large planes) in eight independent lanes:
         // one running sum would wait on the add latency at every element.
         const float* plane = px + p * size;
@@ -360,7 +357,7 @@ std::vector<Tensor> fastGlobalAveragePool(const KernelContext& ctx) {
         double sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
         for (; i < size; ++i) sum += plane[i];
         py[p] = static_cast<float>(sum / static_cast<double>(std::max<int64_t>(size, 1)));
-    }
+    });
     return {y};
 }
 
@@ -386,22 +383,20 @@ std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
         constexpr int64_t kTile = 32;
         const int64_t R = x.dims()[rank - 2], C = x.dims()[rank - 1], batch = R * C > 0 ? x.numel() / (R * C) : 0;
         const int64_t tiles_r = (R + kTile - 1) / kTile, tiles_c = (C + kTile - 1) / kTile;
-#pragma omp parallel for schedule(static) if (y.numel() > 65536)
-        for (int64_t t = 0; t < batch * tiles_r * tiles_c; ++t) {
+        parallelFor(batch * tiles_r * tiles_c, y.numel() > 65536, [&](int64_t t) {
             const int64_t b = t / (tiles_r * tiles_c), r0 = t / tiles_c % tiles_r * kTile, c0 = t % tiles_c * kTile;
             const uint32_t* src = px + b * R * C;
             uint32_t* dst = py + b * R * C;
             for (int64_t c = c0; c < std::min(C, c0 + kTile); ++c)
                 for (int64_t r = r0; r < std::min(R, r0 + kTile); ++r) dst[c * R + r] = src[r * C + c];
-        }
+        });
         return {y};
     }
     const bool rows = perm[rank - 1] == static_cast<int64_t>(rank - 1);
     const size_t outer_rank = rows ? rank - 1 : rank;
     const int64_t row = rows ? out_dims[rank - 1] : 1;
     const int64_t count = y.numel() / std::max<int64_t>(row, 1);
-#pragma omp parallel for schedule(static) if (y.numel() > 65536)
-    for (int64_t i = 0; i < count; ++i) {
+    parallelFor(count, y.numel() > 65536, [&](int64_t i) {
         int64_t rem = i, off = 0;
         for (int64_t d = static_cast<int64_t>(outer_rank) - 1; d >= 0; --d) {
             const int64_t idx = rem % out_dims[d];
@@ -410,7 +405,7 @@ std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
         }
         if (rows) std::memcpy(py + i * row, px + off, static_cast<size_t>(row) * 4);
         else py[i] = px[off];
-    }
+    });
     return {y};
 }
 
@@ -433,8 +428,9 @@ std::vector<Tensor> fastActivation(const KernelContext& ctx) {
     constexpr int64_t kChunk = 8192;
     const int64_t chunks = (x.numel() + kChunk - 1) / kChunk;
     float* py = y.data<float>();
-#pragma omp parallel for schedule(static) if (chunks > 4)
-    for (int64_t c = 0; c < chunks; ++c) applyEpilogueSerial(py + c * kChunk, 1, std::min(kChunk, x.numel() - c * kChunk), nullptr, false, nullptr, act);
+    parallelFor(chunks, chunks > 4, [&](int64_t c) {
+        applyEpilogueSerial(py + c * kChunk, 1, std::min(kChunk, x.numel() - c * kChunk), nullptr, false, nullptr, act);
+    });
     return {y};
 }
 

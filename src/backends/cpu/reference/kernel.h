@@ -1,7 +1,9 @@
 // Reference kernels: simple, correct implementations of every IR op on the CPU. They are
 // the accuracy baseline that optimized backends and passes are tested against.
 #pragma once
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -21,12 +23,28 @@ public:
     virtual Tensor allocate(const std::string& value, DType dtype, const Dims& dims) = 0;
 };
 
+// What a kernel derived from its node and input shapes (attributes read, a oneDNN primitive
+// built), kept between runs of one executor so that repeated runs skip the work; any
+// thread may replace it while others read the one they loaded.
+class KernelMemo {
+public:
+    template <typename T>
+    std::shared_ptr<const T> get() const {
+        return std::static_pointer_cast<const T>(slot_.load(std::memory_order_acquire));
+    }
+    void set(std::shared_ptr<const void> value) { slot_.store(std::move(value), std::memory_order_release); }
+
+private:
+    std::atomic<std::shared_ptr<const void>> slot_;
+};
+
 struct KernelContext {
     const Node& node;
     std::vector<const Tensor*> inputs;  // nullptr where an optional input is omitted
     int64_t opset = 0;
     SubgraphRunner run_subgraph;
     OutputAllocator* allocator = nullptr;
+    KernelMemo* memo = nullptr;  // null where the caller keeps none (one-off runs, timing)
 
     // An uninitialized buffer for output `i`: the planned slot when there is one.
     Tensor output(size_t i, DType dtype, const Dims& dims) const {
