@@ -325,6 +325,44 @@ TEST(FastBackend, BlockedConvMatchesThePlainReference) {
         }
 }
 
+// The blocked conv keeps its geometry and primitive in the node's KernelMemo between runs:
+// a run with other input dims or another thread count must not reuse them. The sizes cross
+// the one-thread rule (dense convs under 2 MFLOP): 1x16x6x6 is 0.3 MFLOP, 3x16x20x20 7 MFLOP.
+TEST(FastBackend, BlockedConvMemoFollowsInputDimsAndThreads) {
+    bool dnnl = false;
+    for (const auto& t : fastTactics()) dnnl |= t.name == "dnnl" && t.op_class == "conv";
+    if (!dnnl) GTEST_SKIP() << "built without oneDNN: no dnnl conv tactic";
+    std::mt19937 rng(43);
+    const int64_t C = 16, M = 32, block = 16;
+    const Tensor w = randomTensor({M, C, 3, 3}, rng), b = randomTensor({M}, rng);
+    Node plain = node("FusedConv", "kiln");
+    plain.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    plain.attrs.set("activation", std::string("Relu"));
+    Node blocked = plain;
+    blocked.attrs.set("data_layout", blockedDataLayout(block));
+    const std::string layout = packedConvWeightLayout(PackedConvWeights::OIhwIO, block);
+    blocked.attrs.set("weight_layout", layout);
+    blocked.attrs.set("weight_dims", std::vector<int64_t>{M, C, 3, 3});
+    const Tensor bw = packConvWeights(w, layout);
+    KernelMemo memo;
+    const int threads = cpuThreads();
+    struct Run {
+        int64_t n, hw;
+        int threads;
+    };
+    for (const Run& r : {Run{1, 6, threads}, Run{3, 20, threads}, Run{1, 6, threads}, Run{3, 20, 1}, Run{2, 9, threads}}) {
+        setCpuThreads(r.threads);
+        const Tensor x = randomTensor({r.n, C, r.hw, r.hw}, rng), bx = blockChannels(x, block);
+        const Tensor want = blockChannels(referenceKernels().find("FusedConv")(KernelContext{plain, {&x, &w, &b}, 17, nullptr})[0], block);
+        KernelContext ctx{blocked, {&bx, &bw, &b}, 17, nullptr};
+        ctx.memo = &memo;
+        const Tensor got = kernelForTactic(blocked, "dnnl")(ctx)[0];
+        ASSERT_EQ(got.dims(), want.dims()) << r.n << "x" << r.hw;
+        EXPECT_LT(compareOutputs(got, want, "y").rel_l2, 1e-5) << r.n << "x" << r.hw << " threads " << r.threads;
+    }
+    setCpuThreads(threads);
+}
+
 TEST(FastBackend, NormAttentionAndChainTacticsMatchReference) {
     std::mt19937 rng(3);
     Case ln{node("LayerNormalization"), {randomTensor({3, 4, 32}, rng), randomTensor({32}, rng), randomTensor({32}, rng)}};
