@@ -14,6 +14,7 @@
 
 #include "backends/cpu/fast/conv_geometry.h"
 #include "backends/cpu/fast/epilogue.h"
+#include "backends/cpu/fast/parallel_for.h"
 #include "backends/cpu/fast/sgemm.h"
 #include "backends/cpu/fast/tactics.h"
 #include "backends/cpu/reference/kernel_util.h"
@@ -57,11 +58,10 @@ void blockEpilogue(const KernelContext& ctx, const Conv2d& g, Tensor& y, int64_t
     }
     // A column block of every channel: rows in parallel (on one thread this pass took longer
     // than the block's GEMM for MobileNet's wide 1x1 convs).
-#pragma omp parallel for schedule(static) if (mc * nc > 32768)
-    for (int64_t m = m0; m < m0 + mc; ++m) {
-        const int64_t off = (n * g.M + m) * P + c0;
+    parallelFor(mc, mc * nc > 32768, [&](int64_t i) {
+        const int64_t m = m0 + i, off = (n * g.M + m) * P + c0;
         applyEpilogueSerial(y.data<float>() + off, 1, nc, b ? b->data<float>() + m : nullptr, true, z ? z->data<float>() + off : nullptr, act);
-    }
+    });
 }
 
 namespace {
@@ -78,13 +78,15 @@ std::vector<Tensor> foldedPointwise(const KernelContext& ctx, const Conv2d& g, S
     thread_local std::vector<float> scratch;  // the caller's; the parallel loops below use its pointers
     scratch.resize(static_cast<size_t>((g.C + g.M) * NP));
     float *xs = scratch.data(), *ys = xs + g.C * NP, *py = y.data<float>();
-#pragma omp parallel for schedule(static) collapse(2) if (g.C * NP > 32768)
-    for (int64_t c = 0; c < g.C; ++c)
-        for (int64_t n = 0; n < g.N; ++n) std::memcpy(xs + c * NP + n * P, x + (n * g.C + c) * P, static_cast<size_t>(P) * sizeof(float));
+    parallelFor(g.C * g.N, g.C * NP > 32768, [&](int64_t i) {
+        const int64_t c = i / g.N, n = i % g.N;
+        std::memcpy(xs + c * NP + n * P, x + (n * g.C + c) * P, static_cast<size_t>(P) * sizeof(float));
+    });
     sgemm(false, false, g.M, NP, g.C, 1.0f, w, g.C, xs, NP, 0.0f, ys, NP);
-#pragma omp parallel for schedule(static) collapse(2) if (g.M * NP > 32768)
-    for (int64_t n = 0; n < g.N; ++n)
-        for (int64_t m = 0; m < g.M; ++m) std::memcpy(py + (n * g.M + m) * P, ys + m * NP + n * P, static_cast<size_t>(P) * sizeof(float));
+    parallelFor(g.N * g.M, g.M * NP > 32768, [&](int64_t i) {
+        const int64_t n = i / g.M, m = i % g.M;
+        std::memcpy(py + i * P, ys + m * NP + n * P, static_cast<size_t>(P) * sizeof(float));
+    });
     for (int64_t n = 0; n < g.N; ++n) blockEpilogue(ctx, g, y, n, 0, g.M, 0, P);
     return {y};
 }
@@ -254,26 +256,24 @@ std::vector<Tensor> directConv(const KernelContext& ctx) {
     // Tiny inputs are padded on one thread: a parallel region would cost more than the copy
     // (from 4K elements it pays: small_cnn 0.475 -> 0.448 ms at batch 16, 0.083 -> 0.080 at 2).
     // Rows are the unit of work (an RGB input has only 3 channels to share out).
-#pragma omp parallel for schedule(static) collapse(2) if (g.N * g.C * g.H * g.W > 4096)
-    for (int64_t nc = 0; nc < g.N * g.C; ++nc)
-        for (int64_t h = 0; h < g.H; ++h) {
-            const int64_t ph = h + g.pt;
-            if (ph < 0 || ph >= Hp) continue;
-            const float* src = x + (nc * g.H + h) * g.W;
-            float* dst = xp.data() + (nc * Hp + ph) * S * Wp;
-            if (S == 1) {  // one phase: the row's columns that land inside, in one copy
-                const int64_t lo = std::max<int64_t>(0, -g.pl), hi = std::min<int64_t>(g.W, Wp - g.pl);
-                if (hi > lo) std::memcpy(dst + lo + g.pl, src + lo, static_cast<size_t>(hi - lo) * sizeof(float));
-                continue;
-            }
-            // Stride 2: columns start, start + 2, ... all land in one phase, consecutively.
-            for (int64_t start = 0; start < 2; ++start) {
-                int64_t wcol = start, pw = start + g.pl;
-                while (pw < 0 && wcol < g.W) wcol += 2, pw += 2;
-                float* d = dst + (pw % 2) * Wp;
-                for (int64_t k = pw / 2; wcol < g.W && k < Wp; wcol += 2, ++k) d[k] = src[wcol];
-            }
+    parallelFor(g.N * g.C * g.H, g.N * g.C * g.H * g.W > 4096, [&](int64_t row) {
+        const int64_t nc = row / g.H, h = row % g.H, ph = h + g.pt;
+        if (ph < 0 || ph >= Hp) return;
+        const float* src = x + row * g.W;
+        float* dst = xp.data() + (nc * Hp + ph) * S * Wp;
+        if (S == 1) {  // one phase: the row's columns that land inside, in one copy
+            const int64_t lo = std::max<int64_t>(0, -g.pl), hi = std::min<int64_t>(g.W, Wp - g.pl);
+            if (hi > lo) std::memcpy(dst + lo + g.pl, src + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+            return;
         }
+        // Stride 2: columns start, start + 2, ... all land in one phase, consecutively.
+        for (int64_t start = 0; start < 2; ++start) {
+            int64_t wcol = start, pw = start + g.pl;
+            while (pw < 0 && wcol < g.W) wcol += 2, pw += 2;
+            float* d = dst + (pw % 2) * Wp;
+            for (int64_t k = pw / 2; wcol < g.W && k < Wp; wcol += 2, ++k) d[k] = src[wcol];
+        }
+    });
     const Tensor* b = ctx.optionalInput(2);
     const Tensor* z = ctx.node.op_type == "FusedConv" ? ctx.optionalInput(3) : nullptr;
     const Activation act = ctx.node.op_type == "FusedConv" ? Activation::fromNode(ctx.node) : Activation{};

@@ -306,8 +306,7 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
         // The common 2x2 / stride-2 window, with no padding inside the image: no bounds checks.
         // Parallel from 4K outputs (small_cnn's pool at batch 2, 8K outputs: 5.7 -> 3.9 us).
         const bool avx2 = cpuHasAvx2Fma();
-#pragma omp parallel for schedule(static) if (N * C * out[0] * out[1] > 4096)
-        for (int64_t nc = 0; nc < N * C; ++nc)
+        parallelFor(N * C, N * C * out[0] * out[1] > 4096, [&](int64_t nc) {
             for (int64_t oh = 0; oh < out[0]; ++oh) {
                 const float* r0 = px + (nc * H + 2 * oh) * W;
                 const float* r1 = r0 + W;
@@ -316,10 +315,10 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
                 for (int64_t ow = done; ow < out[1]; ++ow)
                     yr[ow] = maxOrNan(maxOrNan(r0[2 * ow], r0[2 * ow + 1]), maxOrNan(r1[2 * ow], r1[2 * ow + 1]));
             }
+        });
         return {y};
     }
-#pragma omp parallel for schedule(static) if (N * C * out[0] * out[1] > 4096)
-    for (int64_t nc = 0; nc < N * C; ++nc)
+    parallelFor(N * C, N * C * out[0] * out[1] > 4096, [&](int64_t nc) {
         for (int64_t oh = 0; oh < out[0]; ++oh)
             for (int64_t ow = 0; ow < out[1]; ++ow) {
                 const int64_t h0 = std::max<int64_t>(oh * st[0] - pads.begin[0], 0), h1 = std::min<int64_t>(oh * st[0] - pads.begin[0] + k[0], H);
@@ -329,6 +328,7 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
                     for (int64_t w = w0; w < w1; ++w) m = maxOrNan(m, px[(nc * H + h) * W + w]);
                 py[(nc * out[0] + oh) * out[1] + ow] = m;
             }
+    });
     return {y};
 }
 
