@@ -2,6 +2,9 @@
 // may share one engine across threads.
 #include <map>
 #include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "engine/engine.h"
 #include "runtime/executor.h"
@@ -42,6 +45,8 @@ private:
     std::unique_ptr<cuda::CudaExecutor> cuda_;      // CUDA engines
     std::string planner_;
     std::map<std::string, std::unique_ptr<Arena>> arenas_;  // per input-shape signature
+    Arena* last_arena_ = nullptr;                             // the last run's, and its inputs:
+    std::vector<std::tuple<std::string, DType, Dims>> last_inputs_;
     ContextStats stats_;
 };
 

@@ -73,6 +73,12 @@ GraphExecutor::GraphExecutor(const Graph& graph, const std::map<std::string, std
         if (!kernels_.back()) missing.insert(n.op_type);
         for (const auto& in : n.inputs) last_use_[in] = i;
     }
+    // What each node frees: inputs no later node reads, other than graph outputs and constants.
+    std::set<std::string> outputs;
+    for (const auto& o : graph.outputs) outputs.insert(o.name);
+    frees_.resize(graph.nodes.size());
+    for (const auto& [value, i] : last_use_)
+        if (!value.empty() && !outputs.count(value) && !graph.initializers.count(value)) frees_[i].push_back(value);
     if (!missing.empty()) {
         std::string list;
         for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
@@ -89,10 +95,14 @@ size_t GraphExecutor::lastUse(const std::string& value) const {
 
 std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* placer) const {
     checkInputs(graph_, inputs);
+    // Computed values and the inputs; constants are read from the graph where they are
+    // (copying them in cost a map node per constant per run).
     TensorMap values = inputs;
-    for (const auto& [name, t] : graph_.initializers) values.emplace(name, t);
-    std::set<std::string> keep;
-    for (const auto& o : graph_.outputs) keep.insert(o.name);
+    auto find = [&](const std::string& name) -> const Tensor* {
+        if (auto it = values.find(name); it != values.end()) return &it->second;
+        if (auto it = graph_.initializers.find(name); it != graph_.initializers.end()) return &it->second;
+        return nullptr;
+    };
     for (size_t i = 0; i < graph_.nodes.size(); ++i) {
         const Node& node = graph_.nodes[i];
         KernelContext ctx{node, {}, graph_.opset, nullptr, placer, memos_[i].get()};
@@ -101,9 +111,9 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* pla
                 ctx.inputs.push_back(nullptr);
                 continue;
             }
-            auto it = values.find(in);
-            check(it != values.end(), [&] { return node.describe() + ": input '" + in + "' has no value"; });
-            ctx.inputs.push_back(&it->second);
+            const Tensor* value = find(in);
+            check(value != nullptr, [&] { return node.describe() + ": input '" + in + "' has no value"; });
+            ctx.inputs.push_back(value);
         }
         const auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
         std::vector<Tensor> outs;
@@ -127,17 +137,13 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* pla
             check(k < outs.size(), [&] { return node.describe() + ": kernel produced no value for output '" + node.outputs[k] + "'"; });
             values[node.outputs[k]] = placer ? placer->place(i, node.outputs[k], std::move(outs[k])) : std::move(outs[k]);
         }
-        // Free values no later node reads.
-        for (const auto& in : node.inputs) {
-            auto lu = last_use_.find(in);
-            if (lu != last_use_.end() && lu->second == i && !keep.count(in) && !graph_.initializers.count(in)) values.erase(in);
-        }
+        for (const auto& value : frees_[i]) values.erase(value);
     }
     std::vector<Tensor> result;
     for (const auto& o : graph_.outputs) {
-        auto it = values.find(o.name);
-        check(it != values.end(), "graph output '" + o.name + "' was not computed");
-        result.push_back(it->second);
+        const Tensor* value = find(o.name);
+        check(value != nullptr, [&] { return "graph output '" + o.name + "' was not computed"; });
+        result.push_back(*value);
     }
     return result;
 }

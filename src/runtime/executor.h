@@ -52,6 +52,7 @@ private:
     std::shared_ptr<Profile> profile_;
     bool profile_by_node_ = false;  // KILN_PROFILE=nodes: per node instead of per op type
     std::map<std::string, size_t> last_use_;  // value -> index of the last node reading it
+    std::vector<std::vector<std::string>> frees_;  // per node: the values it reads last
 };
 
 }  // namespace kiln

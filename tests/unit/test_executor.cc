@@ -132,6 +132,32 @@ TEST(Executor, ConvMatchesDirectSummation) {
             }
 }
 
+// Values resolve by name to the inputs, the computed values, then the graph's constants
+// (read in place, not copied per run); a graph output may be any of them, and a value read
+// last by a node is freed without touching outputs or constants, run after run.
+TEST(Executor, ConstantsInputsAndOutputsResolveByName) {
+    Graph g;
+    g.opset = 17;
+    g.inputs = {{"x", DType::F32, Shape::fromDims({3})}};
+    std::mt19937 rng(5);
+    const Tensor w = randomTensor({3}, rng);
+    g.initializers["w"] = w;
+    g.nodes = {Node{"add", "Add", "", {"x", "w"}, {"s"}, {}}, Node{"mul", "Mul", "", {"s", "w"}, {"y"}, {}}};
+    g.outputs = {{"y", DType::Undefined, {}}, {"w", DType::Undefined, {}}, {"x", DType::Undefined, {}}};
+    const GraphExecutor exec(g);
+    for (int run = 0; run < 3; ++run) {
+        const Tensor x = randomTensor({3}, rng);
+        const auto out = exec.run({{"x", x}});
+        ASSERT_EQ(out.size(), 3u);
+        for (int i = 0; i < 3; ++i) {
+            const double xi = x.data<float>()[i], wi = w.data<float>()[i];
+            EXPECT_NEAR(out[0].data<float>()[i], (xi + wi) * wi, 1e-5) << "run " << run;
+            EXPECT_EQ(out[1].data<float>()[i], w.data<float>()[i]);
+            EXPECT_EQ(out[2].data<float>()[i], x.data<float>()[i]);
+        }
+    }
+}
+
 TEST(Executor, InputMismatchesAreClearErrors) {
     Shape s;
     s.rank_known = true;
