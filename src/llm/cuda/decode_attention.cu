@@ -59,8 +59,18 @@ __device__ RangeResult attendRange(int heads, const __half* q, const StepMeta& m
     };
     for (int u = 0; u < kKeys; ++u) kvec[u] = vvec[u] = make_uint4(0, 0, 0, 0);
     loadRound(begin, begin, min(end, fresh));
+    // The first round's keys written by this step: their places (block table reads) found
+    // before the wait too, so that after it only the key and value loads remain.
+    int64_t fresh_at[kKeys];
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u) {
+        const int j = begin + u * kGroups + group;
+        fresh_at[u] = j >= max(begin, fresh) && j < end ? address(j) : -1;
+    }
     waitForPredecessor(trace);
-    loadRound(begin, max(begin, fresh), end);
+#pragma unroll
+    for (int u = 0; u < kKeys; ++u)
+        if (fresh_at[u] >= 0) kvec[u] = *reinterpret_cast<const uint4*>(kv.k + fresh_at[u]), vvec[u] = *reinterpret_cast<const uint4*>(kv.v + fresh_at[u]);
     float qf[8], acc[8] = {};
     const uint4 qv = *reinterpret_cast<const uint4*>(q + (int64_t(t) * heads + h) * D + g * 8);
     const __half2* qh = reinterpret_cast<const __half2*>(&qv);
