@@ -246,7 +246,7 @@ std::unordered_map<int, memory>& threadArguments(const std::shared_ptr<const Cac
     };
     thread_local std::unordered_map<const CachedPrimitive*, Entry> entries;
     Entry& e = entries[prim.get()];
-    if (e.owner.expired() || e.args.size() != (bias ? 5u : 4u)) {
+    if (e.owner.expired()) {  // new, or made for a dead primitive (bias or not is part of a primitive's key)
         if (entries.size() > 4096) {  // dead primitives' entries pile up with many geometries: start over
             entries.clear();
             return threadArguments(prim, bias);
