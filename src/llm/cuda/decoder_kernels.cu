@@ -135,7 +135,10 @@ inline int normVectors(const SmallGemmInput& in) { return in.kind == SmallGemmIn
 // two chunks in flight (double-buffered registers; the first two issued before waiting for
 // the previous kernel); the block's input rows, made by the prologue (copy or norm), sit in
 // shared memory; the epilogue stores or fuses per kind.
-template <int R, int P>
+// kHalfProducts: each 16-byte piece's 8 products summed in f16 pairs (one multiply and
+// three fused multiply-adds on half2), then in f32 - about half the instructions of f32
+// products, which bound these kernels as much as the memory does (bench/gemv_stream_bench.cu).
+template <int R, int P, bool kHalfProducts>
 __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out,
                                                                   bool evict_first) {
     CtaTrace trace(kCtaSmallGemm, N, K);
@@ -238,10 +241,19 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
 #pragma unroll
                 for (int p = 0; p < P; ++p) {
                     const __half2* w2 = reinterpret_cast<const __half2*>(&w[p][u]);
+                    if constexpr (kHalfProducts) {
+                        __half2 sum = __hmul2(w2[0], x2[0]);
+                        sum = __hfma2(w2[1], x2[1], sum);
+                        sum = __hfma2(w2[2], x2[2], sum);
+                        sum = __hfma2(w2[3], x2[3], sum);
+                        const float2 f = __half22float2(sum);
+                        acc[p][r] += f.x + f.y;
+                    } else {
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const float2 wf = __half22float2(w2[i]), xf = __half22float2(x2[i]);
-                        acc[p][r] += wf.x * xf.x + wf.y * xf.y;
+                        for (int i = 0; i < 4; ++i) {
+                            const float2 wf = __half22float2(w2[i]), xf = __half22float2(x2[i]);
+                            acc[p][r] += wf.x * xf.x + wf.y * xf.y;
+                        }
                     }
                 }
             }
@@ -337,7 +349,7 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 // A resident wave of blocks: as many as fit on each SM at this shared-memory size, or
 // fewer (KILN_LLM_GEMV_CTAS_PER_SM, for A/B runs: one per SM was 20% slower on the H200;
 // building for three per SM, fewer registers, gained nothing); the warps stride over the tasks.
-template <int R, int P>
+template <int R, int P, bool kHalfProducts>
 void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
     static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
     // Evict-first weight loads: batch-1 decode on the H200 0.340 -> 0.309 ms/token (GPT-2),
@@ -346,25 +358,25 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     const int warps = kBlockThreads / 32, tasks = N / P;
     const size_t smem = smallGemmSmem(rows, K, normVectors(in));
     int per_sm = 1;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P>, kBlockThreads, smem);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P, kHalfProducts>, kBlockThreads, smem);
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
-    launchDependent(smallGemmKernel<R, P>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first);
+    launchDependent(smallGemmKernel<R, P, kHalfProducts>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first);
 }
 
-template <int P>
+template <int P, bool kHalfProducts>
 void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
-    if (rows == 1) launchSmallGemmRows<1, P>(rows, N, K, W, in, out, sms, s);
-    else if (rows == 2) launchSmallGemmRows<2, P>(rows, N, K, W, in, out, sms, s);
-    else launchSmallGemmRows<4, P>(rows, N, K, W, in, out, sms, s);
+    if (rows == 1) launchSmallGemmRows<1, P, kHalfProducts>(rows, N, K, W, in, out, sms, s);
+    else if (rows == 2) launchSmallGemmRows<2, P, kHalfProducts>(rows, N, K, W, in, out, sms, s);
+    else launchSmallGemmRows<4, P, kHalfProducts>(rows, N, K, W, in, out, sms, s);
 }
 
 template <int P>
 bool allowSmallGemmSmem(int bytes) {
-    return cudaFuncSetAttribute(smallGemmKernel<1, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
-           cudaFuncSetAttribute(smallGemmKernel<2, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess &&
-           cudaFuncSetAttribute(smallGemmKernel<4, P>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess;
+    auto allow = [&](auto kernel) { return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess; };
+    return allow(smallGemmKernel<1, P, false>) && allow(smallGemmKernel<2, P, false>) && allow(smallGemmKernel<4, P, false>) &&
+           allow(smallGemmKernel<1, P, true>) && allow(smallGemmKernel<2, P, true>) && allow(smallGemmKernel<4, P, true>);
 }
 
 }  // namespace
@@ -407,8 +419,11 @@ bool prepareSmallGemm(int max_k, int norm_k) {
 }
 
 void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int sms, cudaStream_t s) {
-    if (out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv) launchSmallGemmPairs<2>(rows, N, K, W, in, out, sms, s);
-    else launchSmallGemmPairs<1>(rows, N, K, W, in, out, sms, s);
+    // f16 products by default; KILN_LLM_GEMV_HALF_PRODUCTS=0 makes them in f32.
+    static const bool half_products = decoderKnob("GEMV_HALF_PRODUCTS", 1) != 0;
+    const bool pairs = out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv;
+    if (half_products) pairs ? launchSmallGemmPairs<2, true>(rows, N, K, W, in, out, sms, s) : launchSmallGemmPairs<1, true>(rows, N, K, W, in, out, sms, s);
+    else pairs ? launchSmallGemmPairs<2, false>(rows, N, K, W, in, out, sms, s) : launchSmallGemmPairs<1, false>(rows, N, K, W, in, out, sms, s);
 }
 
 void launchArgmax(int rows, int n, const float* x, int32_t* ids, cudaStream_t s) {
