@@ -14,6 +14,7 @@
 #include <map>
 #include <set>
 
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/reference/channel_blocks.h"
 #include "passes/graph_rewrite.h"
 #include "passes/pass.h"
@@ -27,15 +28,6 @@ constexpr bool kBlockedConvKernels = true;
 #else
 constexpr bool kBlockedConvKernels = false;
 #endif
-
-bool buildMachineHasAvx512() {
-#if defined(__x86_64__) || defined(__i386__)
-    static const bool has = __builtin_cpu_supports("avx512f");
-    return has;
-#else
-    return false;
-#endif
-}
 
 void assignChannelsLastLayout(Graph& g) {
     std::vector<Node> added;
@@ -178,7 +170,7 @@ void assignConvLayout(Graph& g, const RouteValues& route) {
     if (layout == "nhwc") assignChannelsLastLayout(g);
     else if (cpu && layout == "nchw8c") assignBlockedLayout(g, kChannelBlock);
     else if (cpu && layout == "nchw16c") assignBlockedLayout(g, kWideChannelBlock);
-    else if (cpu && layout == "auto" && kBlockedConvKernels) assignBlockedLayout(g, buildMachineHasAvx512() ? kWideChannelBlock : kChannelBlock);
+    else if (cpu && layout == "auto" && kBlockedConvKernels) assignBlockedLayout(g, cpuHasAvx512() ? kWideChannelBlock : kChannelBlock);
 }
 
 }  // namespace

@@ -135,9 +135,11 @@ inline int normVectors(const SmallGemmInput& in) { return in.kind == SmallGemmIn
 // two chunks in flight (double-buffered registers; the first two issued before waiting for
 // the previous kernel); the block's input rows, made by the prologue (copy or norm), sit in
 // shared memory; the epilogue stores or fuses per kind.
-// kHalfProducts: each 16-byte piece's 8 products summed in f16 pairs (one multiply and
-// three fused multiply-adds on half2), then in f32 - about half the instructions of f32
-// products, which bound these kernels as much as the memory does (bench/gemv_stream_bench.cu).
+// kHalfProducts: each 16-byte piece's 8 products made and summed in f16, four per half of a
+// half2 (one multiply, three fused multiply-adds), then the two sums added in f32: about half
+// the instructions of f32 products, and instruction issue bounds these kernels as much as
+// HBM does (bench/gemv_stream_bench.cu). Four products of a norm's (or activation's) output
+// and a weight stay far inside f16's range.
 template <int R, int P, bool kHalfProducts>
 __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out,
                                                                   bool evict_first) {

@@ -60,16 +60,6 @@ KernelFn kernelForTactic(const Node& node, const std::string& tactic) {
     throw Error(node.describe() + ": unknown tactic '" + tactic + "' for this op (the engine may come from another Kiln build)");
 }
 
-bool cpuHasAvx2Fma() {
-    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return yes;
-}
-
-bool cpuHasAvx512() {
-    static const bool yes = cpuHasAvx2Fma() && __builtin_cpu_supports("avx512f");
-    return yes;
-}
-
 void setCpuThreads(int threads) {
     g_threads = threads > 0 ? threads : omp_get_num_procs();
     omp_set_num_threads(g_threads);

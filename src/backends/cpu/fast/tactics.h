@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/reference/kernel.h"
 #include "ir/parameter.h"
 
@@ -32,11 +33,6 @@ bool supportsAnyNode(const Node& n, const Graph& g);
 // The kernel for a node's recorded tactic ("reference" or a fast tactic name).
 KernelFn kernelForTactic(const Node& node, const std::string& tactic);
 
-// Whether this CPU runs the kernels compiled for AVX2 + FMA (chosen at run time: the
-// library itself targets generic x86-64).
-bool cpuHasAvx2Fma();
-// Whether it also runs the AVX-512 (F) kernels.
-bool cpuHasAvx512();
 
 // Sets the number of threads the fast kernels (and BLAS) use; 0 = all cores.
 void setCpuThreads(int threads);
