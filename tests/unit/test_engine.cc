@@ -182,6 +182,27 @@ TEST(ExecutionContext, ShapeProfileBoundsInputs) {
     EXPECT_THROW(b.setShapeProfile({{"nope", ShapeRange{{1}, {1}, {1}}}}), Error);
 }
 
+// Each input shape plans its own arena; the stats describe the arena of the last run, also
+// when a run returns to the shape before a newly recorded one.
+TEST(ExecutionContext, StatsFollowTheArenaOfEachRun) {
+    Builder b(importOnnxModel(kModels + "/mlp/model.onnx"), "");
+    b.setShapeProfile({{"x", ShapeRange{{1, 64}, {4, 64}, {8, 64}}}});
+    Engine e = b.build();
+    ExecutionContext ctx(e);
+    std::mt19937 rng(2);
+    const Tensor big = randomTensor({8, 64}, rng), small = randomTensor({1, 64}, rng);
+    ctx.run({{"x", big}});  // records the shape's arena
+    ctx.run({{"x", big}});  // runs on it
+    const size_t big_bytes = ctx.stats().arena_bytes;
+    ctx.run({{"x", small}});
+    const size_t small_bytes = ctx.stats().arena_bytes;
+    EXPECT_LT(small_bytes, big_bytes);
+    ctx.run({{"x", big}});
+    EXPECT_EQ(ctx.stats().arena_bytes, big_bytes);
+    ctx.run({{"x", small}});
+    EXPECT_EQ(ctx.stats().arena_bytes, small_bytes);
+}
+
 // small_cnn's batch is symbolic: without a profile its convs cannot be timed (no cache
 // entries); with one, they are timed on the values the model computes at the opt shape.
 // (NCHW layout: channel-blocked convs have one tactic, so there would be nothing to time.)

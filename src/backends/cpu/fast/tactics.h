@@ -33,7 +33,6 @@ bool supportsAnyNode(const Node& n, const Graph& g);
 // The kernel for a node's recorded tactic ("reference" or a fast tactic name).
 KernelFn kernelForTactic(const Node& node, const std::string& tactic);
 
-
 // Sets the number of threads the fast kernels (and BLAS) use; 0 = all cores.
 void setCpuThreads(int threads);
 int cpuThreads();
