@@ -260,8 +260,9 @@ private:
     // epilogue's kernel (q|k|v to the cache, MLP activation), and leave a residual add
     // pending for the next norm, which adds it in the same pass. `small` is decided once
     // per step: the two paths leave the residual stream in different states.
+    // next_is_linear: the next kernel is another linear layer's, which streams weights.
     void linear(bool small, int64_t rows, int64_t N, int64_t K, const DeviceBuffer& W, const LinearIn& in, const cuda::SmallGemmOutput& out,
-                const char* stage) const {
+                const char* stage, bool next_is_linear = false) const {
         using Out = cuda::SmallGemmOutput;
         const DecoderConfig& c = config_;
         const bool llama = c.family == Family::Llama;
@@ -276,7 +277,7 @@ private:
             } else {
                 si.x = static_cast<const __half*>(in.x);
             }
-            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), si, out, sms_, stream_);
+            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), si, out, next_is_linear, sms_, stream_);
             return;
         }
         const void* x = in.x;
@@ -341,10 +342,10 @@ private:
             if (!skipped("attention"))
                 cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, 1.f / std::sqrt(static_cast<float>(D)),
                                            attention_scratch_, act_.att.as<__half>(), stream_);
-            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o");
+            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o", true);
             linear(small, T, llama ? 2 * I : I, H, L.up, {In::Norm, x, L.norm2_w.as<float>(), L.norm2_b.as<float>()},
-                   outputTo(llama ? Out::SwiGlu : Out::GeluBias, act_.mlp_act.ptr, L.up_b.as<__half>()), "up+activation");
-            linear(small, T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), "down");
+                   outputTo(llama ? Out::SwiGlu : Out::GeluBias, act_.mlp_act.ptr, L.up_b.as<__half>()), "up+activation", true);
+            linear(small, T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), "down", true);
         }
         // Only each chunk's last token needs logits: final norm of those rows, LM head.
         linear(small, S, c.vocab, H, *lm_head_, {In::Norm, x, final_w_.as<float>(), final_b_.as<float>(), m.last_token}, outputTo(Out::Float, act_.logits.ptr), "lm head");
