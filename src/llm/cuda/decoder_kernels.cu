@@ -142,7 +142,7 @@ inline int normVectors(const SmallGemmInput& in) { return in.kind == SmallGemmIn
 // and a weight stay far inside f16's range.
 template <int R, int P, bool kHalfProducts>
 __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out,
-                                                                  bool evict_first) {
+                                                                  bool evict_first, bool red_add) {
     CtaTrace trace(kCtaSmallGemm, N, K);
     extern __shared__ __align__(16) __half xs[];  // [rows][K]
     __shared__ float shared[32];
@@ -225,6 +225,7 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
             if (out.kind == SmallGemmOutput::Half) static_cast<__half*>(out.y)[at] = __float2half(a0);
             else if (out.kind == SmallGemmOutput::Float) static_cast<float*>(out.y)[at] = a0;
             else if (out.kind == SmallGemmOutput::GeluBias) static_cast<__half*>(out.y)[at] = __float2half(geluTanh(a0 + bias));
+            else if (red_add) atomicAdd(static_cast<float*>(out.y) + at, a0 + bias);  // one adder per element: deterministic
             else static_cast<float*>(out.y)[at] += a0 + bias;
         }
     };
@@ -364,6 +365,10 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     // Evict-first weight loads: batch-1 decode on the H200 0.340 -> 0.309 ms/token (GPT-2),
     // 0.943 -> 0.914 (Llama-1.1B). KILN_LLM_WEIGHTS_EVICT_FIRST=0 turns them off.
     static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 1) != 0;
+    // Residual adds as reductions in L2 (red.global.add, nothing returned): a warp does not
+    // wait a trip to memory for the old value before its next task, or before its CTA can
+    // leave to the next kernel. KILN_LLM_GEMV_RED_ADD=0 loads and stores instead.
+    static const bool red_add = decoderKnob("GEMV_RED_ADD", 1) != 0;
     const int warps = kBlockThreads / 32, tasks = N / P;
     const size_t smem = smallGemmSmem(rows, K, normVectors(in));
     int per_sm = 1;
@@ -374,7 +379,7 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     const int chunks = (K / 8 + 32 * U - 1) / (32 * U);
     if (leave_room && room_allowed && per_sm >= 2 && int64_t(tasks) * chunks <= int64_t(2) * warps * (per_sm / 2) * sms) per_sm /= 2;
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
-    launchDependent(smallGemmKernel<R, P, kHalfProducts>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first);
+    launchDependent(smallGemmKernel<R, P, kHalfProducts>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first, red_add);
 }
 
 template <int P, bool kHalfProducts>
