@@ -3,9 +3,13 @@
 // scheduler. Skipped (and says so) without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <vector>
 
 #include "backends/cuda/cuda_executor.h"
+#include "llm/cuda/argmax_key.h"
 #include "llm/cuda/cuda_decoder_model.h"
 #include "llm/decoder_model.h"
 #include "llm/scheduler.h"
@@ -164,6 +168,30 @@ TEST(LlmCudaArgmax, LowestIdAmongEqualMaximaAndNaNsIgnored) {
     EXPECT_EQ(ids, (std::vector<int32_t>{777, 9, 50256, 0}));
 }
 #endif
+
+// The keys whose maximum the LM head's epilogue takes for greedy steps (host code, so this
+// runs without a GPU): ordered by value, then the lower index; the index comes back.
+TEST(LlmArgmaxKey, OrdersByValueThenTheLowerIndex) {
+    using llm::cuda::argmaxKey, llm::cuda::argmaxKeyIndex;
+    const float ascending[] = {-INFINITY, -3.5e10f, -2.f, -1e-30f, 0.f, 1e-30f, 0.5f, 2.f, 3.5e10f, INFINITY};
+    for (size_t i = 0; i + 1 < std::size(ascending); ++i)
+        EXPECT_LT(argmaxKey(ascending[i], 0), argmaxKey(ascending[i + 1], 1000)) << ascending[i] << " < " << ascending[i + 1];
+    EXPECT_GT(argmaxKey(1.5f, 7), argmaxKey(1.5f, 8));    // a tie: the lower index wins
+    EXPECT_EQ(argmaxKey(-0.f, 3), argmaxKey(0.f, 3));     // -0 == +0, as comparisons say
+    EXPECT_GT(argmaxKey(-INFINITY, 50256), 0ull);         // above "no key yet"
+    for (int index : {0, 1, 777, 50256, 151935}) EXPECT_EQ(argmaxKeyIndex(argmaxKey(-1.25f, index)), index);
+    EXPECT_EQ(argmaxKeyIndex(0), 0);  // no key (all NaN): id 0, as the argmax kernel answers
+    // Against std::max_element (first maximum) over random rows with planted ties.
+    uint32_t state = 11;
+    for (int row = 0; row < 20; ++row) {
+        std::vector<float> x(1000);
+        for (auto& v : x) v = static_cast<float>((state = state * 1664525u + 1013904223u) >> 8) / 16777216.f * 8.f - 4.f;
+        x[(row * 37) % 1000] = x[(row * 91 + 500) % 1000] = 4.5f;
+        unsigned long long best = 0;
+        for (int i = 0; i < 1000; ++i) best = std::max(best, argmaxKey(x[i], i));
+        EXPECT_EQ(argmaxKeyIndex(best), std::max_element(x.begin(), x.end()) - x.begin()) << "row " << row;
+    }
+}
 
 TEST(LlmCudaNoDevice, TargetCudaFailsWithOneClearError) {
     if (gpuPresent()) GTEST_SKIP() << "a GPU is present";

@@ -5,15 +5,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device_buffer.h"
 #include "backends/cuda/cuda_executor.h"
 #include "ir/half.h"
+#include "llm/cuda/argmax_key.h"
 #include "llm/cuda/decoder_kernels.h"
 #include "llm/cuda/step_profiler.h"
 #include "llm/cuda/step_timeline.h"
@@ -151,8 +154,10 @@ public:
 
     std::vector<int64_t> forwardBatchArgmax(PagedKvCache& cache, std::span<const SequenceChunk> chunks) const override {
         const int64_t S = run(cache, chunks, true);
-        const int32_t* ids = pinned_logits_.as<int32_t>();
-        return std::vector<int64_t>(ids, ids + S);
+        std::vector<int64_t> out(static_cast<size_t>(S));
+        for (int64_t r = 0; r < S; ++r)
+            out[r] = argmax_keys_ ? cuda::argmaxKeyIndex(pinned_logits_.as<unsigned long long>()[r]) : pinned_logits_.as<int32_t>()[r];
+        return out;
     }
 
 private:
@@ -223,7 +228,9 @@ private:
         }
         const size_t V = static_cast<size_t>(config_.vocab);
         profiler_.stage(stream_, "logits copy");
-        KILN_CUDA_CHECK(cudaMemcpyAsync(pinned_logits_.ptr, argmax ? act_.ids.ptr : act_.logits.ptr, argmax ? S * 4 : S * V * 4, cudaMemcpyDeviceToHost, stream_));
+        argmax_keys_ = argmax && fusedArgmax(T);
+        KILN_CUDA_CHECK(cudaMemcpyAsync(pinned_logits_.ptr, argmax ? act_.ids.ptr : act_.logits.ptr, argmax ? S * (argmax_keys_ ? 8 : 4) : S * V * 4,
+                                        cudaMemcpyDeviceToHost, stream_));
         profiler_.stepEnd(stream_);
         KILN_CUDA_CHECK(cudaStreamSynchronize(stream_));
         profiler_.stepDone(decode_only);
@@ -315,6 +322,18 @@ private:
         return out;
     }
 
+    // Steps of a few tokens run the fused small GEMMs (decided per step: see linear).
+    bool smallSteps(int64_t T) const { return T <= cuda::kSmallGemmMaxRows && small_gemm_; }
+    // Their greedy steps take the argmax in the LM head's epilogue instead of a kernel of its
+    // own (KILN_LLM_FUSED_ARGMAX=0 keeps the kernel).
+    bool fusedArgmax(int64_t T) const {
+        static const bool on = [] {
+            const char* env = std::getenv("KILN_LLM_FUSED_ARGMAX");
+            return !(env && std::string(env) == "0");
+        }();
+        return on && smallSteps(T);
+    }
+
     // The whole step on stream_, reading metadata from act_.meta (capturable).
     void compute(int64_t T, int64_t S, int max_blocks, int64_t bs, void* pool, int64_t num_blocks, bool argmax) const {
         using In = cuda::SmallGemmInput;
@@ -327,7 +346,9 @@ private:
         const int Ti = static_cast<int>(T);
         float* x = act_.x.as<float>();
         pending_ = {};
-        const bool small = T <= cuda::kSmallGemmMaxRows && small_gemm_;
+        const bool small = smallSteps(T);
+        const bool fused_argmax = argmax && fusedArgmax(T);
+        if (fused_argmax) KILN_CUDA_CHECK(cudaMemsetAsync(act_.ids.ptr, 0, S * 8, stream_));  // the LM head's argmax keys
         profiler_.stage(stream_, "embed");
         cuda::launchEmbed(Ti, static_cast<int>(H), m, embed_.as<__half>(), llama ? nullptr : positions_.as<__half>(), x, stream_);
         const size_t layer_elems = static_cast<size_t>(num_blocks * c.kv_heads * bs * D);  // keys (or values) of one layer
@@ -348,8 +369,10 @@ private:
             linear(small, T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), "down", true);
         }
         // Only each chunk's last token needs logits: final norm of those rows, LM head.
-        linear(small, S, c.vocab, H, *lm_head_, {In::Norm, x, final_w_.as<float>(), final_b_.as<float>(), m.last_token}, outputTo(Out::Float, act_.logits.ptr), "lm head");
-        if (argmax) cuda::launchArgmax(static_cast<int>(S), static_cast<int>(c.vocab), act_.logits.as<float>(), act_.ids.as<int32_t>(), stream_);
+        Out logits = outputTo(Out::Float, act_.logits.ptr);
+        if (fused_argmax) logits.argmax_keys = act_.ids.as<unsigned long long>();
+        linear(small, S, c.vocab, H, *lm_head_, {In::Norm, x, final_w_.as<float>(), final_b_.as<float>(), m.last_token}, logits, "lm head");
+        if (argmax && !fused_argmax) cuda::launchArgmax(static_cast<int>(S), static_cast<int>(c.vocab), act_.logits.as<float>(), act_.ids.as<int32_t>(), stream_);
         KILN_CUDA_CHECK(cudaGetLastError());
     }
 
@@ -383,7 +406,7 @@ private:
             act_.mlp = DeviceBuffer(t * 2 * I * 2);
             act_.mlp_act = DeviceBuffer(t * I * 2);
             act_.logits = DeviceBuffer(s * c.vocab * 4);
-            act_.ids = DeviceBuffer(s * 4);
+            act_.ids = DeviceBuffer(s * 8);  // int32 ids, or the LM head's 64-bit argmax keys
             max_blocks_ = std::max(max_blocks_, max_blocks);
             act_.meta = DeviceBuffer((4 * t + s + s * max_blocks_) * 4);
             pinned_meta_.ensure((4 * t + s + s * max_blocks_) * 4);
@@ -468,6 +491,7 @@ private:
     };
     mutable PendingAdd pending_;
     bool small_gemm_ = false;
+    mutable bool argmax_keys_ = false;  // the last argmax step left keys (fused), not ids
     int sms_ = 0;
     DeviceBuffer attention_partials_, attention_counters_;
     cuda::AttentionScratch attention_scratch_;

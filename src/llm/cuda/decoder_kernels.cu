@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "llm/cuda/argmax_key.h"
 #include "llm/cuda/decoder_device.cuh"
 
 namespace kiln::llm::cuda {
@@ -135,12 +136,14 @@ inline int normVectors(const SmallGemmInput& in) { return in.kind == SmallGemmIn
 // two chunks in flight (double-buffered registers; the first two issued before waiting for
 // the previous kernel); the block's input rows, made by the prologue (copy or norm), sit in
 // shared memory; the epilogue stores or fuses per kind.
-// kHalfProducts: each 16-byte piece's 8 products made and summed in f16, four per half of a
-// half2 (one multiply, three fused multiply-adds), then the two sums added in f32: about half
-// the instructions of f32 products, and instruction issue bounds these kernels as much as
-// HBM does (bench/gemv_stream_bench.cu). Four products of a norm's (or activation's) output
-// and a weight stay far inside f16's range.
-template <int R, int P, bool kHalfProducts>
+// kHalf: 0, f32 products; 1, each 16-byte piece's 8 products made and summed in f16, four
+// per half of a half2 (one multiply, three fused multiply-adds), then the two sums added in
+// f32: about half the instructions of f32 products, and instruction issue bounds these
+// kernels as much as HBM does (bench/gemv_stream_bench.cu); 2, two pieces' 16 products in one
+// f16 sum (eight per half), which halves the conversions and f32 adds again; 3, a chunk's
+// pieces (16 or 32 products per half). Products of a norm's (or activation's) output and a
+// weight stay far inside f16's range.
+template <int R, int P, int kHalf>
 __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N, int K, const __half* W, SmallGemmInput in, SmallGemmOutput out,
                                                                   bool evict_first, bool red_add) {
     CtaTrace trace(kCtaSmallGemm, N, K);
@@ -199,6 +202,7 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
     }
     __syncthreads();
     float acc[P][R] = {};
+    unsigned long long best = 0;  // Float with argmax keys: lane r's best key of row r so far
     auto epilogue = [&] {
 #pragma unroll
         for (int p = 0; p < P; ++p)
@@ -223,7 +227,10 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
             const int64_t at = int64_t(r) * N + task;
             const float bias = out.bias ? __half2float(out.bias[task]) : 0.f;
             if (out.kind == SmallGemmOutput::Half) static_cast<__half*>(out.y)[at] = __float2half(a0);
-            else if (out.kind == SmallGemmOutput::Float) static_cast<float*>(out.y)[at] = a0;
+            else if (out.kind == SmallGemmOutput::Float) {
+                static_cast<float*>(out.y)[at] = a0;
+                if (!isnan(a0)) best = max(best, argmaxKey(a0, task));
+            }
             else if (out.kind == SmallGemmOutput::GeluBias) static_cast<__half*>(out.y)[at] = __float2half(geluTanh(a0 + bias));
             else if (red_add) atomicAdd(static_cast<float*>(out.y) + at, a0 + bias);  // one adder per element: deterministic
             else static_cast<float*>(out.y)[at] += a0 + bias;
@@ -232,31 +239,54 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
     // Multiplies the chunk in w, ends the task after its last chunk, then refills w with the
     // chunk after the one in flight in the other buffer.
     auto step = [&](uint4(&w)[P][U]) {
+        if constexpr (kHalf == 0) {
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int k = (chunk * U + u) * 32 + lane;
-            if (k >= K8) break;
+            for (int u = 0; u < U; ++u) {
+                const int k = (chunk * U + u) * 32 + lane;
+                if (k >= K8) break;
 #pragma unroll
-            for (int r = 0; r < R; ++r) {
-                if (r >= rows) break;
-                const uint4 xv = reinterpret_cast<const uint4*>(xs + int64_t(r) * K)[k];
-                const __half2* x2 = reinterpret_cast<const __half2*>(&xv);
+                for (int r = 0; r < R; ++r) {
+                    if (r >= rows) break;
+                    const uint4 xv = reinterpret_cast<const uint4*>(xs + int64_t(r) * K)[k];
+                    const __half2* x2 = reinterpret_cast<const __half2*>(&xv);
 #pragma unroll
-                for (int p = 0; p < P; ++p) {
-                    const __half2* w2 = reinterpret_cast<const __half2*>(&w[p][u]);
-                    if constexpr (kHalfProducts) {
-                        __half2 sum = __hmul2(w2[0], x2[0]);
-                        sum = __hfma2(w2[1], x2[1], sum);
-                        sum = __hfma2(w2[2], x2[2], sum);
-                        sum = __hfma2(w2[3], x2[3], sum);
-                        const float2 f = __half22float2(sum);
-                        acc[p][r] += f.x + f.y;
-                    } else {
+                    for (int p = 0; p < P; ++p) {
+                        const __half2* w2 = reinterpret_cast<const __half2*>(&w[p][u]);
 #pragma unroll
                         for (int i = 0; i < 4; ++i) {
                             const float2 wf = __half22float2(w2[i]), xf = __half22float2(x2[i]);
                             acc[p][r] += wf.x * xf.x + wf.y * xf.y;
                         }
+                    }
+                }
+            }
+        } else {
+            constexpr int kPieces = kHalf == 1 ? 1 : kHalf == 2 ? 2 : U;  // 16-byte pieces per f16 sum (U is even)
+#pragma unroll
+            for (int u = 0; u < U; u += kPieces) {
+                const int k0 = (chunk * U + u) * 32 + lane;
+                if (k0 >= K8) break;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (r >= rows) break;
+                    __half2 sum[P];
+#pragma unroll
+                    for (int j = 0; j < kPieces; ++j) {
+                        const int k = k0 + 32 * j;  // past K: x and the weights are zeros
+                        const uint4 xv = j == 0 || k < K8 ? reinterpret_cast<const uint4*>(xs + int64_t(r) * K)[k] : make_uint4(0, 0, 0, 0);
+                        const __half2* x2 = reinterpret_cast<const __half2*>(&xv);
+#pragma unroll
+                        for (int p = 0; p < P; ++p) {
+                            const __half2* w2 = reinterpret_cast<const __half2*>(&w[p][u + j]);
+                            sum[p] = j == 0 ? __hmul2(w2[0], x2[0]) : __hfma2(w2[0], x2[0], sum[p]);
+#pragma unroll
+                            for (int i = 1; i < 4; ++i) sum[p] = __hfma2(w2[i], x2[i], sum[p]);
+                        }
+                    }
+#pragma unroll
+                    for (int p = 0; p < P; ++p) {
+                        const float2 f = __half22float2(sum[p]);
+                        acc[p][r] += f.x + f.y;
                     }
                 }
             }
@@ -271,6 +301,16 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
         step(wa);
         if (task >= tasks) break;
         step(wb);
+    }
+    if (out.argmax_keys) {  // the block's best per row, then one atomic per block and row
+        __shared__ unsigned long long block_best[kBlockThreads / 32][R];
+        if (lane < R) block_best[warp][lane] = best;
+        __syncthreads();
+        if (threadIdx.x < rows && threadIdx.x < R) {
+            unsigned long long b = 0;
+            for (int w = 0; w < warps; ++w) b = max(b, block_best[w][threadIdx.x]);
+            if (b) atomicMax(out.argmax_keys + threadIdx.x, b);
+        }
     }
 }
 
@@ -357,7 +397,7 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 // start their own weight loads while this one computes (the o projection before gate|up:
 // Llama-1.1B on the H200 0.766 -> 0.743 ms/token; the loads were in flight anyway, during
 // attention). KILN_LLM_GEMV_LEAVE_ROOM=0 turns it off.
-template <int R, int P, bool kHalfProducts>
+template <int R, int P, int kHalf>
 void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, bool leave_room, int sms,
                          cudaStream_t s) {
     static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
@@ -372,29 +412,33 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     const int warps = kBlockThreads / 32, tasks = N / P;
     const size_t smem = smallGemmSmem(rows, K, normVectors(in));
     int per_sm = 1;
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P, kHalfProducts>, kBlockThreads, smem);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P, kHalf>, kBlockThreads, smem);
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
     constexpr int U = 8 / P;
     const int chunks = (K / 8 + 32 * U - 1) / (32 * U);
     if (leave_room && room_allowed && per_sm >= 2 && int64_t(tasks) * chunks <= int64_t(2) * warps * (per_sm / 2) * sms) per_sm /= 2;
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
-    launchDependent(smallGemmKernel<R, P, kHalfProducts>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first, red_add);
+    launchDependent(smallGemmKernel<R, P, kHalf>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first, red_add);
 }
 
-template <int P, bool kHalfProducts>
+template <int P, int kHalf>
 void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, bool leave_room, int sms,
                           cudaStream_t s) {
-    if (rows == 1) launchSmallGemmRows<1, P, kHalfProducts>(rows, N, K, W, in, out, leave_room, sms, s);
-    else if (rows == 2) launchSmallGemmRows<2, P, kHalfProducts>(rows, N, K, W, in, out, leave_room, sms, s);
-    else launchSmallGemmRows<4, P, kHalfProducts>(rows, N, K, W, in, out, leave_room, sms, s);
+    if (rows == 1) launchSmallGemmRows<1, P, kHalf>(rows, N, K, W, in, out, leave_room, sms, s);
+    else if (rows == 2) launchSmallGemmRows<2, P, kHalf>(rows, N, K, W, in, out, leave_room, sms, s);
+    else launchSmallGemmRows<4, P, kHalf>(rows, N, K, W, in, out, leave_room, sms, s);
 }
 
 template <int P>
 bool allowSmallGemmSmem(int bytes) {
     auto allow = [&](auto kernel) { return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess; };
-    return allow(smallGemmKernel<1, P, false>) && allow(smallGemmKernel<2, P, false>) && allow(smallGemmKernel<4, P, false>) &&
-           allow(smallGemmKernel<1, P, true>) && allow(smallGemmKernel<2, P, true>) && allow(smallGemmKernel<4, P, true>);
+    auto allowRows = [&](auto half) {
+        constexpr int h = decltype(half)::value;
+        return allow(smallGemmKernel<1, P, h>) && allow(smallGemmKernel<2, P, h>) && allow(smallGemmKernel<4, P, h>);
+    };
+    return allowRows(std::integral_constant<int, 0>{}) && allowRows(std::integral_constant<int, 1>{}) && allowRows(std::integral_constant<int, 2>{}) &&
+           allowRows(std::integral_constant<int, 3>{});
 }
 
 }  // namespace
@@ -438,13 +482,21 @@ bool prepareSmallGemm(int max_k, int norm_k) {
 
 void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, bool leave_room, int sms,
                      cudaStream_t s) {
-    // f16 products by default; KILN_LLM_GEMV_HALF_PRODUCTS=0 makes them in f32.
-    static const bool half_products = decoderKnob("GEMV_HALF_PRODUCTS", 1) != 0;
+    // f16 products, 16 per f16 sum, by default (smallGemmKernel's kHalf = 2): H200, batch-1
+    // Llama-1.1B, 2 interleaved rounds, 0.742-0.749 ms/token against 0.758-0.775 with 8 per
+    // sum and 0.745-0.754 with a chunk's (GPT-2 within noise). KILN_LLM_GEMV_HALF_PRODUCTS
+    // picks another: 0 f32 products, 1 eight per f16 sum, 3 a chunk's.
+    static const int half = std::clamp(decoderKnob("GEMV_HALF_PRODUCTS", 2), 0, 3);
     const bool pairs = out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv;
-    if (half_products) pairs ? launchSmallGemmPairs<2, true>(rows, N, K, W, in, out, leave_room, sms, s)
-                : launchSmallGemmPairs<1, true>(rows, N, K, W, in, out, leave_room, sms, s);
-    else pairs ? launchSmallGemmPairs<2, false>(rows, N, K, W, in, out, leave_room, sms, s)
-                : launchSmallGemmPairs<1, false>(rows, N, K, W, in, out, leave_room, sms, s);
+    auto run = [&](auto h) {
+        constexpr int kHalf = decltype(h)::value;
+        pairs ? launchSmallGemmPairs<2, kHalf>(rows, N, K, W, in, out, leave_room, sms, s)
+              : launchSmallGemmPairs<1, kHalf>(rows, N, K, W, in, out, leave_room, sms, s);
+    };
+    if (half == 0) run(std::integral_constant<int, 0>{});
+    else if (half == 1) run(std::integral_constant<int, 1>{});
+    else if (half == 2) run(std::integral_constant<int, 2>{});
+    else run(std::integral_constant<int, 3>{});
 }
 
 void launchArgmax(int rows, int n, const float* x, int32_t* ids, cudaStream_t s) {

@@ -103,7 +103,11 @@ struct SmallGemmOutput {
     void* y = nullptr;
     const __half* bias = nullptr;
     QkvDestination qkv;
+    // Float: also each row's argmax, by atomicMax of argmax_key.h's keys into these [rows]
+    // zeroed ones.
+    unsigned long long* argmax_keys = nullptr;
 };
+
 // Allows the shared memory the largest K needs, and a norm's weights for the norm prologue's
 // K (the hidden size); false when the device cannot (then the caller keeps to cuBLAS). K
 // must be a multiple of 8.
