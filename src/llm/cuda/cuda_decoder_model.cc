@@ -5,11 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
-#include <string>
 #include <utility>
 
 #include "backends/cuda/cuda_check.h"
@@ -327,10 +325,7 @@ private:
     // Their greedy steps take the argmax in the LM head's epilogue instead of a kernel of its
     // own (KILN_LLM_FUSED_ARGMAX=0 keeps the kernel).
     bool fusedArgmax(int64_t T) const {
-        static const bool on = [] {
-            const char* env = std::getenv("KILN_LLM_FUSED_ARGMAX");
-            return !(env && std::string(env) == "0");
-        }();
+        static const bool on = cuda::decoderKnob("FUSED_ARGMAX", 1) != 0;
         return on && smallSteps(T);
     }
 

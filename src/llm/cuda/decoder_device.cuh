@@ -13,13 +13,6 @@ namespace kiln::llm::cuda {
 
 constexpr int kBlockThreads = 256;
 
-// Tuning knobs of the decode kernels for A/B runs, read once by each caller from the
-// environment (KILN_LLM_<NAME>=n).
-inline int decoderKnob(const char* name, int fallback) {
-    const char* v = std::getenv((std::string("KILN_LLM_") + name).c_str());
-    return v && *v ? std::atoi(v) : fallback;
-}
-
 __device__ __forceinline__ float warpSum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

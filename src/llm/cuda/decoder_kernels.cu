@@ -451,10 +451,9 @@ void setTraceSink(CtaTraceRecord* records, unsigned* used, unsigned capacity) {
 
 bool programmaticLaunchEnabled() {
     static const bool on = [] {
-        const char* env = std::getenv("KILN_LLM_PDL");
         int device = 0, major = 0;
         if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-        return major >= 9 && !(env && std::string(env) == "0");
+        return major >= 9 && decoderKnob("PDL", 1) != 0;
     }();
     return on;
 }

@@ -11,8 +11,17 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 namespace kiln::llm::cuda {
+
+// Tuning knobs of the decoder for A/B runs, read once by each caller from the environment
+// (KILN_LLM_<NAME>=n).
+inline int decoderKnob(const char* name, int fallback) {
+    const char* v = std::getenv((std::string("KILN_LLM_") + name).c_str());
+    return v && *v ? std::atoi(v) : fallback;
+}
 
 // Device arrays describing one step: T tokens from S chunks.
 struct StepMeta {
