@@ -3,8 +3,6 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <string>
 #include <utility>
 
 #include "llm/cuda/decoder_kernels.h"

@@ -128,6 +128,8 @@ __device__ __forceinline__ void copyToShared(float* dst, const float* src, int n
 
 // Dynamic shared memory of a small GEMM: the input rows (f16), then a norm's weight and
 // bias when there are (norm_vectors 1 or 2, f32).
+// A small GEMM's chunks per task: each lane loads 8 / P 16-byte pieces of each of the P rows.
+__host__ __device__ constexpr int smallGemmChunks(int K, int P) { return (K / 8 + 32 * (8 / P) - 1) / (32 * (8 / P)); }
 inline size_t smallGemmSmem(int rows, int K, int norm_vectors) { return size_t(rows) * K * 2 + size_t(norm_vectors) * K * 4; }
 inline int normVectors(const SmallGemmInput& in) { return in.kind == SmallGemmInput::Norm ? (in.norm_b ? 2 : 1) : 0; }
 
@@ -151,7 +153,7 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
     __shared__ float shared[32];
     constexpr int U = 8 / P;  // 16-byte weight loads per lane and row in one chunk
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, K8 = K / 8, tasks = N / P;
-    const int chunks = (K8 + 32 * U - 1) / (32 * U), stride = gridDim.x * warps;
+    const int chunks = smallGemmChunks(K, P), stride = gridDim.x * warps;
     uint64_t policy = 0;
     if (evict_first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
     auto load = [&](uint4(&w)[P][U], int task, int chunk) {
@@ -229,7 +231,7 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
             if (out.kind == SmallGemmOutput::Half) static_cast<__half*>(out.y)[at] = __float2half(a0);
             else if (out.kind == SmallGemmOutput::Float) {
                 static_cast<float*>(out.y)[at] = a0;
-                if (!isnan(a0)) best = max(best, argmaxKey(a0, task));
+                if (out.argmax_keys && !isnan(a0)) best = max(best, argmaxKey(a0, task));
             }
             else if (out.kind == SmallGemmOutput::GeluBias) static_cast<__half*>(out.y)[at] = __float2half(geluTanh(a0 + bias));
             else if (red_add) atomicAdd(static_cast<float*>(out.y) + at, a0 + bias);  // one adder per element: deterministic
@@ -415,8 +417,7 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P, kHalf>, kBlockThreads, smem);
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
-    constexpr int U = 8 / P;
-    const int chunks = (K / 8 + 32 * U - 1) / (32 * U);
+    const int chunks = smallGemmChunks(K, P);
     if (leave_room && room_allowed && per_sm >= 2 && int64_t(tasks) * chunks <= int64_t(2) * warps * (per_sm / 2) * sms) per_sm /= 2;
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
     launchDependent(smallGemmKernel<R, P, kHalf>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first, red_add);
