@@ -152,18 +152,19 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
     extern __shared__ __align__(16) __half xs[];  // [rows][K]
     __shared__ float shared[32];
     constexpr int U = 8 / P;  // 16-byte weight loads per lane and row in one chunk
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, K8 = K / 8, tasks = N / P;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, K8 = K / 8, tasks = (N + P - 1) / P;
     const int chunks = smallGemmChunks(K, P), stride = gridDim.x * warps;
     uint64_t policy = 0;
     if (evict_first) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
     auto load = [&](uint4(&w)[P][U], int task, int chunk) {
 #pragma unroll
         for (int p = 0; p < P; ++p) {
-            const uint4* wrow = reinterpret_cast<const uint4*>(W + (int64_t(task) * P + p) * K);
+            const int n = task * P + p;  // past N (an odd N's last pair): zeros
+            const uint4* wrow = reinterpret_cast<const uint4*>(W + int64_t(n) * K);
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int k = (chunk * U + u) * 32 + lane;
-                w[p][u] = k < K8 ? loadWeights(wrow + k, evict_first, policy) : make_uint4(0, 0, 0, 0);
+                w[p][u] = k < K8 && n < N ? loadWeights(wrow + k, evict_first, policy) : make_uint4(0, 0, 0, 0);
             }
         }
     };
@@ -218,24 +219,31 @@ __global__ void __launch_bounds__(kBlockThreads) smallGemmKernel(int rows, int N
         }
         if (lane >= rows || lane >= R) return;  // lane r stores token row r
         const int r = lane;
+        // Row n of the output, for the kinds with one output per weight row.
+        auto store = [&](int n, float a) {
+            const int64_t at = int64_t(r) * N + n;
+            const float bias = out.bias ? __half2float(out.bias[n]) : 0.f;
+            if (out.kind == SmallGemmOutput::Half) static_cast<__half*>(out.y)[at] = __float2half(a);
+            else if (out.kind == SmallGemmOutput::Float) {
+                static_cast<float*>(out.y)[at] = a;
+                if (out.argmax_keys && !isnan(a)) best = max(best, argmaxKey(a, n));
+            }
+            else if (out.kind == SmallGemmOutput::GeluBias) static_cast<__half*>(out.y)[at] = __float2half(geluTanh(a + bias));
+            else if (red_add) atomicAdd(static_cast<float*>(out.y) + at, a + bias);  // one adder per element: deterministic
+            else static_cast<float*>(out.y)[at] += a + bias;
+        };
         if constexpr (P == 2) {
             if (out.kind == SmallGemmOutput::SwiGlu) {
                 static_cast<__half*>(out.y)[int64_t(r) * tasks + task] = __float2half(silu(a0) * a1);
-            } else {  // Qkv: task = head * D/2 + i
+            } else if (out.kind == SmallGemmOutput::Qkv) {  // task = head * D/2 + i
                 const int half = out.qkv.kv.head_dim / 2;
                 storeQkvPair(out.qkv, r, qkv_position, qkv_slot, task / half, task % half, a0, a1);
+            } else {  // a pair of plain rows (short rows: rowPairs)
+                store(2 * task, a0);
+                if (2 * task + 1 < N) store(2 * task + 1, a1);
             }
         } else {
-            const int64_t at = int64_t(r) * N + task;
-            const float bias = out.bias ? __half2float(out.bias[task]) : 0.f;
-            if (out.kind == SmallGemmOutput::Half) static_cast<__half*>(out.y)[at] = __float2half(a0);
-            else if (out.kind == SmallGemmOutput::Float) {
-                static_cast<float*>(out.y)[at] = a0;
-                if (out.argmax_keys && !isnan(a0)) best = max(best, argmaxKey(a0, task));
-            }
-            else if (out.kind == SmallGemmOutput::GeluBias) static_cast<__half*>(out.y)[at] = __float2half(geluTanh(a0 + bias));
-            else if (red_add) atomicAdd(static_cast<float*>(out.y) + at, a0 + bias);  // one adder per element: deterministic
-            else static_cast<float*>(out.y)[at] += a0 + bias;
+            store(task, a0);
         }
     };
     // Multiplies the chunk in w, ends the task after its last chunk, then refills w with the
@@ -411,7 +419,7 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     // wait a trip to memory for the old value before its next task, or before its CTA can
     // leave to the next kernel. KILN_LLM_GEMV_RED_ADD=0 loads and stores instead.
     static const bool red_add = decoderKnob("GEMV_RED_ADD", 1) != 0;
-    const int warps = kBlockThreads / 32, tasks = N / P;
+    const int warps = kBlockThreads / 32, tasks = (N + P - 1) / P;
     const size_t smem = smallGemmSmem(rows, K, normVectors(in));
     int per_sm = 1;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, smallGemmKernel<R, P, kHalf>, kBlockThreads, smem);
@@ -480,6 +488,17 @@ bool prepareSmallGemm(int max_k, int norm_k) {
     return allowSmallGemmSmem<1>(bytes) && allowSmallGemmSmem<2>(bytes);
 }
 
+// Short rows go in pairs: a warp's loads then cover more of its chunk. With K = 768
+// (GPT-2), 96 16-byte pieces a row: one row per task uses 3 of each lane's 8 loads, two rows
+// 6 of 4 + 4. Pairs are taken when they fill more of the loads (K8 a multiple of 256, as
+// Llama-1.1B's 2048, gains nothing). KILN_LLM_GEMV_ROW_PAIRS=0 keeps single rows.
+static bool rowPairs(int K) {
+    static const bool allowed = decoderKnob("GEMV_ROW_PAIRS", 1) != 0;
+    const int K8 = K / 8;
+    auto used = [&](int P) { return double(K8) / (smallGemmChunks(K, P) * 32 * (8 / P)); };
+    return allowed && used(2) > used(1);
+}
+
 void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, bool leave_room, int sms,
                      cudaStream_t s) {
     // f16 products, 16 per f16 sum, by default (smallGemmKernel's kHalf = 2): H200, batch-1
@@ -487,7 +506,7 @@ void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInp
     // sum and 0.745-0.754 with a chunk's (GPT-2 within noise). KILN_LLM_GEMV_HALF_PRODUCTS
     // picks another: 0 f32 products, 1 eight per f16 sum, 3 a chunk's.
     static const int half = std::clamp(decoderKnob("GEMV_HALF_PRODUCTS", 2), 0, 3);
-    const bool pairs = out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv;
+    const bool pairs = out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv || rowPairs(K);
     auto run = [&](auto h) {
         constexpr int kHalf = decltype(h)::value;
         pairs ? launchSmallGemmPairs<2, kHalf>(rows, N, K, W, in, out, leave_room, sms, s)
