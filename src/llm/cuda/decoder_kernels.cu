@@ -488,15 +488,18 @@ bool prepareSmallGemm(int max_k, int norm_k) {
     return allowSmallGemmSmem<1>(bytes) && allowSmallGemmSmem<2>(bytes);
 }
 
-// Short rows go in pairs: a warp's loads then cover more of its chunk. With K = 768
-// (GPT-2), 96 16-byte pieces a row: one row per task uses 3 of each lane's 8 loads, two rows
-// 6 of 4 + 4. Pairs are taken when they fill more of the loads (K8 a multiple of 256, as
-// Llama-1.1B's 2048, gains nothing). KILN_LLM_GEMV_ROW_PAIRS=0 keeps single rows.
-static bool rowPairs(int K) {
+// Short rows go in pairs when single rows would leave warps with more than one task: a
+// warp's loads then cover more of its chunk, and the tasks spread evenly. With K = 768
+// (GPT-2), 96 16-byte pieces a row, one row per task uses 3 of each lane's 8 loads, two rows
+// 6 of 4 + 4. On the H200 (GPT-2, per token): the LM head 27.0 -> 21.0 us, fc (3072 rows)
+// 4.9 -> 4.3 us a layer; but the output projection and down (768 rows, one task per warp
+// either way) 2.1 -> 2.6 and 3.1 -> 4.2 us, so those keep single rows. Rows of a multiple of
+// 256 pieces (Llama-1.1B's 2048) gain nothing. KILN_LLM_GEMV_ROW_PAIRS=0 keeps single rows.
+static bool rowPairs(int N, int K, int sms) {
     static const bool allowed = decoderKnob("GEMV_ROW_PAIRS", 1) != 0;
-    const int K8 = K / 8;
+    const int K8 = K / 8, wave_warps = 2 * sms * (kBlockThreads / 32);
     auto used = [&](int P) { return double(K8) / (smallGemmChunks(K, P) * 32 * (8 / P)); };
-    return allowed && used(2) > used(1);
+    return allowed && used(2) > used(1) && int64_t(N) * smallGemmChunks(K, 1) > wave_warps;
 }
 
 void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, bool leave_room, int sms,
@@ -506,7 +509,7 @@ void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInp
     // sum and 0.745-0.754 with a chunk's (GPT-2 within noise). KILN_LLM_GEMV_HALF_PRODUCTS
     // picks another: 0 f32 products, 1 eight per f16 sum, 3 a chunk's.
     static const int half = std::clamp(decoderKnob("GEMV_HALF_PRODUCTS", 2), 0, 3);
-    const bool pairs = out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv || rowPairs(K);
+    const bool pairs = out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv || rowPairs(N, K, sms);
     auto run = [&](auto h) {
         constexpr int kHalf = decltype(h)::value;
         pairs ? launchSmallGemmPairs<2, kHalf>(rows, N, K, W, in, out, leave_room, sms, s)
