@@ -29,7 +29,9 @@ namespace {
 
 DecoderConfig gpuConfig(Family family) {
     DecoderConfig c = tinyConfig(family);
-    c.vocab = 101, c.hidden = 128, c.heads = 2, c.head_dim = 64, c.intermediate = 192, c.max_positions = 128;
+    // An odd vocabulary larger than a wave of GEMV warps: the LM head's rows go in pairs, the
+    // last one alone (decoder_kernels.cu, rowPairs).
+    c.vocab = 4099, c.hidden = 128, c.heads = 2, c.head_dim = 64, c.intermediate = 192, c.max_positions = 128;
     c.kv_heads = family == Family::Llama ? 1 : 2;
     return c;
 }
