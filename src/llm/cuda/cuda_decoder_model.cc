@@ -353,7 +353,9 @@ private:
             Out qkv = outputTo(Out::Qkv, nullptr);
             qkv.qkv = {m, {base, base + layer_elems, static_cast<int>(c.kv_heads), static_cast<int>(D), static_cast<int>(bs)}, static_cast<int>(c.heads),
                        llama, c.rope_theta, L.qkv_b.as<__half>(), act_.q.as<__half>()};
-            linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, "qkv+rope+cache");
+            // KILN_LLM_GEMV_QKV_LEAVE_ROOM=1 (A/B runs): q|k|v leaves room for attention's CTAs too.
+            static const bool qkv_room = cuda::decoderKnob("GEMV_QKV_LEAVE_ROOM", 0) != 0;
+            linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, "qkv+rope+cache", qkv_room);
             profiler_.stage(stream_, "attention");
             if (!skipped("attention"))
                 cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, 1.f / std::sqrt(static_cast<float>(D)),

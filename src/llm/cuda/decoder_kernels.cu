@@ -411,7 +411,9 @@ template <int R, int P, int kHalf>
 void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, bool leave_room, int sms,
                          cudaStream_t s) {
     static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
-    static const bool room_allowed = decoderKnob("GEMV_LEAVE_ROOM", 1) != 0;
+    // 1: up to two chunks per warp of half the wave (the loads issued before the wait); 2
+    // (A/B runs): one chunk per warp; 0: off.
+    static const int room = decoderKnob("GEMV_LEAVE_ROOM", 1);
     // Evict-first weight loads: batch-1 decode on the H200 0.340 -> 0.309 ms/token (GPT-2),
     // 0.943 -> 0.914 (Llama-1.1B). KILN_LLM_WEIGHTS_EVICT_FIRST=0 turns them off.
     static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 1) != 0;
@@ -426,7 +428,7 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
     const int chunks = smallGemmChunks(K, P);
-    if (leave_room && room_allowed && per_sm >= 2 && int64_t(tasks) * chunks <= int64_t(2) * warps * (per_sm / 2) * sms) per_sm /= 2;
+    if (leave_room && room > 0 && per_sm >= 2 && int64_t(tasks) * chunks <= int64_t(room == 2 ? 1 : 2) * warps * (per_sm / 2) * sms) per_sm /= 2;
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
     launchDependent(smallGemmKernel<R, P, kHalf>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first, red_add);
 }
@@ -491,10 +493,11 @@ bool prepareSmallGemm(int max_k, int norm_k) {
 // Short rows go in pairs when single rows would leave warps with more than one task: a
 // warp's loads then cover more of its chunk, and the tasks spread evenly. With K = 768
 // (GPT-2), 96 16-byte pieces a row, one row per task uses 3 of each lane's 8 loads, two rows
-// 6 of 4 + 4. On the H200 (GPT-2, per token): the LM head 27.0 -> 21.0 us, fc (3072 rows)
-// 4.9 -> 4.3 us a layer; but the output projection and down (768 rows, one task per warp
+// 6 of 4 + 4. On the H200 (GPT-2, per token): the LM head 27.0 -> 21.1 us, fc (3072 rows)
+// 4.9 -> 4.3-4.9 us a layer; but the output projection and down (768 rows, one task per warp
 // either way) 2.1 -> 2.6 and 3.1 -> 4.2 us, so those keep single rows. Rows of a multiple of
 // 256 pieces (Llama-1.1B's 2048) gain nothing. KILN_LLM_GEMV_ROW_PAIRS=0 keeps single rows.
+// (The wave: two CTAs per SM, as the small GEMM's registers allow.)
 static bool rowPairs(int N, int K, int sms) {
     static const bool allowed = decoderKnob("GEMV_ROW_PAIRS", 1) != 0;
     const int K8 = K / 8, wave_warps = 2 * sms * (kBlockThreads / 32);
