@@ -265,9 +265,9 @@ private:
     // epilogue's kernel (q|k|v to the cache, MLP activation), and leave a residual add
     // pending for the next norm, which adds it in the same pass. `small` is decided once
     // per step: the two paths leave the residual stream in different states.
-    // next_is_linear: the next kernel is another linear layer's, which streams weights.
+    // next_weights: the bytes of weights the next kernel streams (0: it streams none).
     void linear(bool small, int64_t rows, int64_t N, int64_t K, const DeviceBuffer& W, const LinearIn& in, const cuda::SmallGemmOutput& out,
-                const char* stage, bool next_is_linear = false) const {
+                const char* stage, int64_t next_weights = 0) const {
         using Out = cuda::SmallGemmOutput;
         const DecoderConfig& c = config_;
         const bool llama = c.family == Family::Llama;
@@ -282,7 +282,7 @@ private:
             } else {
                 si.x = static_cast<const __half*>(in.x);
             }
-            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), si, out, next_is_linear, sms_, stream_);
+            cuda::launchSmallGemm(static_cast<int>(rows), static_cast<int>(N), static_cast<int>(K), W.as<__half>(), si, out, next_weights, sms_, stream_);
             return;
         }
         const void* x = in.x;
@@ -353,17 +353,16 @@ private:
             Out qkv = outputTo(Out::Qkv, nullptr);
             qkv.qkv = {m, {base, base + layer_elems, static_cast<int>(c.kv_heads), static_cast<int>(D), static_cast<int>(bs)}, static_cast<int>(c.heads),
                        llama, c.rope_theta, L.qkv_b.as<__half>(), act_.q.as<__half>()};
-            // KILN_LLM_GEMV_QKV_LEAVE_ROOM=1 (A/B runs): q|k|v leaves room for attention's CTAs too.
-            static const bool qkv_room = cuda::decoderKnob("GEMV_QKV_LEAVE_ROOM", 0) != 0;
-            linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, "qkv+rope+cache", qkv_room);
+            linear(small, T, Q + 2 * KV, H, L.qkv, {In::Norm, x, L.norm1_w.as<float>(), L.norm1_b.as<float>()}, qkv, "qkv+rope+cache");
             profiler_.stage(stream_, "attention");
             if (!skipped("attention"))
                 cuda::launchPagedAttention(Ti, static_cast<int>(c.heads), act_.q.as<__half>(), m, qkv.qkv.kv, 1.f / std::sqrt(static_cast<float>(D)),
                                            attention_scratch_, act_.att.as<__half>(), stream_);
-            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o", true);
+            linear(small, T, H, Q, L.o, {In::Plain, act_.att.ptr}, outputTo(Out::AddToResidual, x, L.o_b.as<__half>()), "o", L.up.bytes);
             linear(small, T, llama ? 2 * I : I, H, L.up, {In::Norm, x, L.norm2_w.as<float>(), L.norm2_b.as<float>()},
-                   outputTo(llama ? Out::SwiGlu : Out::GeluBias, act_.mlp_act.ptr, L.up_b.as<__half>()), "up+activation", true);
-            linear(small, T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), "down", true);
+                   outputTo(llama ? Out::SwiGlu : Out::GeluBias, act_.mlp_act.ptr, L.up_b.as<__half>()), "up+activation", L.down.bytes);
+            linear(small, T, H, I, L.down, {In::Plain, act_.mlp_act.ptr}, outputTo(Out::AddToResidual, x, L.down_b.as<__half>()), "down",
+                   l + 1 < c.layers ? layers_[l + 1].qkv.bytes : lm_head_->bytes);
         }
         // Only each chunk's last token needs logits: final norm of those rows, LM head.
         Out logits = outputTo(Out::Float, act_.logits.ptr);

@@ -402,18 +402,26 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 // A resident wave of blocks: as many as fit on each SM at this shared-memory size, or
 // fewer (KILN_LLM_GEMV_CTAS_PER_SM, for A/B runs: one per SM was 20% slower on the H200;
 // building for three per SM, fewer registers, gained nothing); the warps stride over the tasks.
-// leave_room: when the weights all fit in the two chunks per warp that half the wave loads
-// before its wait, only half the wave runs, so that the next kernel's CTAs find room and
-// start their own weight loads while this one computes (the o projection before gate|up:
+// Leaving room: only half the wave runs when the weights all fit in the loads that half
+// issues before its wait, so that the next kernel's CTAs find room and start their own
+// weight loads while this one computes: where they fit in one chunk per warp, or in two when
+// the next kernel streams at least twice these weights (the o projection before gate|up:
 // Llama-1.1B on the H200 0.766 -> 0.743 ms/token; the loads were in flight anyway, during
-// attention). KILN_LLM_GEMV_LEAVE_ROOM=0 turns it off.
+// attention). GPT-2's fc and down in half a wave (two chunks per warp, next kernels no
+// larger): 0.231-0.238 ms/token against 0.223-0.231 with one chunk per warp only.
+// KILN_LLM_GEMV_LEAVE_ROOM: 0 off, 1 two chunks per warp whatever comes next, 2 one chunk.
+bool leaveRoom(int64_t items, int64_t half_wave_warps, int64_t own_bytes, int64_t next_bytes) {
+    static const int room = decoderKnob("GEMV_LEAVE_ROOM", 3);
+    if (next_bytes <= 0 || room <= 0) return false;
+    if (room == 1) return items <= 2 * half_wave_warps;
+    if (room == 2) return items <= half_wave_warps;
+    return items <= half_wave_warps || (items <= 2 * half_wave_warps && next_bytes >= 2 * own_bytes);
+}
+
 template <int R, int P, int kHalf>
-void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, bool leave_room, int sms,
-                         cudaStream_t s) {
+void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int64_t next_weights,
+                         int sms, cudaStream_t s) {
     static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
-    // 1: up to two chunks per warp of half the wave (the loads issued before the wait); 2
-    // (A/B runs): one chunk per warp; 0: off.
-    static const int room = decoderKnob("GEMV_LEAVE_ROOM", 1);
     // Evict-first weight loads: batch-1 decode on the H200 0.340 -> 0.309 ms/token (GPT-2),
     // 0.943 -> 0.914 (Llama-1.1B). KILN_LLM_WEIGHTS_EVICT_FIRST=0 turns them off.
     static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 1) != 0;
@@ -428,17 +436,17 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
     const int chunks = smallGemmChunks(K, P);
-    if (leave_room && room > 0 && per_sm >= 2 && int64_t(tasks) * chunks <= int64_t(room == 2 ? 1 : 2) * warps * (per_sm / 2) * sms) per_sm /= 2;
+    if (per_sm >= 2 && leaveRoom(int64_t(tasks) * chunks, int64_t(warps) * (per_sm / 2) * sms, int64_t(N) * K * 2, next_weights)) per_sm /= 2;
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
     launchDependent(smallGemmKernel<R, P, kHalf>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first, red_add);
 }
 
 template <int P, int kHalf>
-void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, bool leave_room, int sms,
+void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int64_t next_weights, int sms,
                           cudaStream_t s) {
-    if (rows == 1) launchSmallGemmRows<1, P, kHalf>(rows, N, K, W, in, out, leave_room, sms, s);
-    else if (rows == 2) launchSmallGemmRows<2, P, kHalf>(rows, N, K, W, in, out, leave_room, sms, s);
-    else launchSmallGemmRows<4, P, kHalf>(rows, N, K, W, in, out, leave_room, sms, s);
+    if (rows == 1) launchSmallGemmRows<1, P, kHalf>(rows, N, K, W, in, out, next_weights, sms, s);
+    else if (rows == 2) launchSmallGemmRows<2, P, kHalf>(rows, N, K, W, in, out, next_weights, sms, s);
+    else launchSmallGemmRows<4, P, kHalf>(rows, N, K, W, in, out, next_weights, sms, s);
 }
 
 template <int P>
@@ -505,7 +513,7 @@ static bool rowPairs(int N, int K, int sms) {
     return allowed && used(2) > used(1) && int64_t(N) * smallGemmChunks(K, 1) > wave_warps;
 }
 
-void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, bool leave_room, int sms,
+void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int64_t next_weights, int sms,
                      cudaStream_t s) {
     // f16 products, 16 per f16 sum, by default (smallGemmKernel's kHalf = 2): H200, batch-1
     // Llama-1.1B, 2 interleaved rounds, 0.742-0.749 ms/token against 0.758-0.775 with 8 per
@@ -515,8 +523,8 @@ void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInp
     const bool pairs = out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv || rowPairs(N, K, sms);
     auto run = [&](auto h) {
         constexpr int kHalf = decltype(h)::value;
-        pairs ? launchSmallGemmPairs<2, kHalf>(rows, N, K, W, in, out, leave_room, sms, s)
-              : launchSmallGemmPairs<1, kHalf>(rows, N, K, W, in, out, leave_room, sms, s);
+        pairs ? launchSmallGemmPairs<2, kHalf>(rows, N, K, W, in, out, next_weights, sms, s)
+              : launchSmallGemmPairs<1, kHalf>(rows, N, K, W, in, out, next_weights, sms, s);
     };
     if (half == 0) run(std::integral_constant<int, 0>{});
     else if (half == 1) run(std::integral_constant<int, 1>{});

@@ -121,9 +121,9 @@ struct SmallGemmOutput {
 // K (the hidden size); false when the device cannot (then the caller keeps to cuBLAS). K
 // must be a multiple of 8.
 bool prepareSmallGemm(int max_k, int norm_k);
-// leave_room: the next kernel streams weights too; if this one's weights are few, fewer
-// CTAs run it so that the next one's start loading while it computes.
-void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, bool leave_room, int sms,
+// next_weights: bytes of weights the next kernel streams (0: none); when they are many and
+// this one's few, fewer CTAs run it so that the next one's start loading while it computes.
+void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int64_t next_weights, int sms,
                      cudaStream_t s);
 // ids[r] = the index of row r's largest value (the lowest on ties), rows [rows][n]; NaNs never win.
 void launchArgmax(int rows, int n, const float* x, int32_t* ids, cudaStream_t s);
