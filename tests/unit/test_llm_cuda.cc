@@ -10,6 +10,7 @@
 
 #include "backends/cuda/cuda_executor.h"
 #include "llm/cuda/argmax_key.h"
+#include "llm/cuda/small_gemm_plan.h"
 #include "llm/cuda/cuda_decoder_model.h"
 #include "llm/decoder_model.h"
 #include "llm/scheduler.h"
@@ -192,6 +193,41 @@ TEST(LlmArgmaxKey, OrdersByValueThenTheLowerIndex) {
         for (int i = 0; i < 1000; ++i) best = std::max(best, argmaxKey(x[i], i));
         EXPECT_EQ(argmaxKeyIndex(best), std::max_element(x.begin(), x.end()) - x.begin()) << "row " << row;
     }
+}
+
+// The small GEMM's launch rules at the H200's wave (132 SMs, two CTAs of 8 warps each), for
+// the shapes they were measured on (host code, so this runs without a GPU).
+TEST(LlmSmallGemmPlan, RowPairsAndLeavingRoomWhereTheyWereMeasuredToPay) {
+    using llm::cuda::leaveRoomFits, llm::cuda::rowPairsPay, llm::cuda::smallGemmChunks;
+    const int64_t wave = 2 * 132 * 8, half_wave = wave / 2;
+    EXPECT_EQ(smallGemmChunks(768, 1), 1);
+    EXPECT_EQ(smallGemmChunks(3072, 1), 2);
+    EXPECT_EQ(smallGemmChunks(3072, 2), 3);
+    EXPECT_EQ(smallGemmChunks(2048, 2), 2);
+    EXPECT_EQ(smallGemmChunks(5632, 1), 3);
+    // GPT-2 (K 768 and 3072): the LM head and fc in pairs; o and down, one task per warp, not.
+    EXPECT_TRUE(rowPairsPay(50257, 768, wave));
+    EXPECT_TRUE(rowPairsPay(3072, 768, wave));
+    EXPECT_FALSE(rowPairsPay(768, 768, wave));
+    EXPECT_FALSE(rowPairsPay(768, 3072, wave));
+    // Llama-1.1B: rows of 256 pieces (and 5632's 704) fill single rows' loads as well.
+    EXPECT_FALSE(rowPairsPay(32000, 2048, wave));
+    EXPECT_FALSE(rowPairsPay(2048, 5632, wave));
+    // Leaving room. Llama's o (2048 rows, one chunk) before gate|up (46 MB against 8): yes;
+    // gate|up and down (more chunks than two per warp of half the wave): no.
+    const int64_t llama_o = 2048ll * 2048 * 2, llama_up = 2ll * 5632 * 2048 * 2, llama_down = 2048ll * 5632 * 2;
+    EXPECT_TRUE(leaveRoomFits(2048, half_wave, llama_o, llama_up));
+    EXPECT_FALSE(leaveRoomFits(5632ll * smallGemmChunks(2048, 2), half_wave, llama_up, llama_down));
+    EXPECT_FALSE(leaveRoomFits(2048ll * 3, half_wave, llama_down, 2560ll * 2048 * 2));
+    // GPT-2's o (768 chunks): yes; fc in pairs (1536) before down and down (1536) before
+    // q|k|v, whose weights are no more than twice theirs: no (measured faster on the whole wave).
+    const int64_t gpt2_fc = 3072ll * 768 * 2, gpt2_qkv = 2304ll * 768 * 2;
+    EXPECT_TRUE(leaveRoomFits(768, half_wave, 768ll * 768 * 2, gpt2_fc));
+    EXPECT_FALSE(leaveRoomFits(1536, half_wave, gpt2_fc, gpt2_fc));
+    EXPECT_FALSE(leaveRoomFits(768ll * 2, half_wave, gpt2_fc, gpt2_qkv));
+    EXPECT_TRUE(leaveRoomFits(1536, half_wave, gpt2_fc, gpt2_fc, 1));  // the old rule, KILN_LLM_GEMV_LEAVE_ROOM=1
+    EXPECT_FALSE(leaveRoomFits(768, half_wave, 768ll * 768 * 2, 0));  // nothing streams next (attention, the step's end)
+    EXPECT_FALSE(leaveRoomFits(768, half_wave, 768ll * 768 * 2, gpt2_fc, 0));
 }
 
 TEST(LlmCudaNoDevice, TargetCudaFailsWithOneClearError) {

@@ -8,6 +8,7 @@
 
 #include "llm/cuda/argmax_key.h"
 #include "llm/cuda/decoder_device.cuh"
+#include "llm/cuda/small_gemm_plan.h"
 
 namespace kiln::llm::cuda {
 
@@ -129,7 +130,6 @@ __device__ __forceinline__ void copyToShared(float* dst, const float* src, int n
 // Dynamic shared memory of a small GEMM: the input rows (f16), then a norm's weight and
 // bias when there are (norm_vectors 1 or 2, f32).
 // A small GEMM's chunks per task: each lane loads 8 / P 16-byte pieces of each of the P rows.
-__host__ __device__ constexpr int smallGemmChunks(int K, int P) { return (K / 8 + 32 * (8 / P) - 1) / (32 * (8 / P)); }
 inline size_t smallGemmSmem(int rows, int K, int norm_vectors) { return size_t(rows) * K * 2 + size_t(norm_vectors) * K * 4; }
 inline int normVectors(const SmallGemmInput& in) { return in.kind == SmallGemmInput::Norm ? (in.norm_b ? 2 : 1) : 0; }
 
@@ -410,14 +410,7 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 // attention). GPT-2's fc and down in half a wave (two chunks per warp, next kernels no
 // larger): 0.231-0.238 ms/token against 0.223-0.231 with one chunk per warp only.
 // KILN_LLM_GEMV_LEAVE_ROOM: 0 off, 1 two chunks per warp whatever comes next, 2 one chunk.
-bool leaveRoom(int64_t items, int64_t half_wave_warps, int64_t own_bytes, int64_t next_bytes) {
-    static const int room = decoderKnob("GEMV_LEAVE_ROOM", 3);
-    if (next_bytes <= 0 || room <= 0) return false;
-    if (room == 1) return items <= 2 * half_wave_warps;
-    if (room == 2) return items <= half_wave_warps;
-    return items <= half_wave_warps || (items <= 2 * half_wave_warps && next_bytes >= 2 * own_bytes);
-}
-
+// (small_gemm_plan.h, leaveRoomFits.)
 template <int R, int P, int kHalf>
 void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int64_t next_weights,
                          int sms, cudaStream_t s) {
@@ -436,7 +429,9 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
     const int chunks = smallGemmChunks(K, P);
-    if (per_sm >= 2 && leaveRoom(int64_t(tasks) * chunks, int64_t(warps) * (per_sm / 2) * sms, int64_t(N) * K * 2, next_weights)) per_sm /= 2;
+    static const int room = decoderKnob("GEMV_LEAVE_ROOM", 3);
+    if (per_sm >= 2 && leaveRoomFits(int64_t(tasks) * chunks, int64_t(warps) * (per_sm / 2) * sms, int64_t(N) * K * 2, next_weights, room))
+        per_sm /= 2;
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
     launchDependent(smallGemmKernel<R, P, kHalf>, dim3(blocks), dim3(kBlockThreads), smem, s, rows, N, K, W, in, out, evict_first, red_add);
 }
@@ -508,9 +503,7 @@ bool prepareSmallGemm(int max_k, int norm_k) {
 // (The wave: two CTAs per SM, as the small GEMM's registers allow.)
 static bool rowPairs(int N, int K, int sms) {
     static const bool allowed = decoderKnob("GEMV_ROW_PAIRS", 1) != 0;
-    const int K8 = K / 8, wave_warps = 2 * sms * (kBlockThreads / 32);
-    auto used = [&](int P) { return double(K8) / (smallGemmChunks(K, P) * 32 * (8 / P)); };
-    return allowed && used(2) > used(1) && int64_t(N) * smallGemmChunks(K, 1) > wave_warps;
+    return allowed && rowPairsPay(N, K, int64_t(2) * sms * (kBlockThreads / 32));
 }
 
 void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int64_t next_weights, int sms,
