@@ -3,8 +3,6 @@
 #include <math.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "llm/cuda/argmax_key.h"
 #include "llm/cuda/decoder_device.cuh"
@@ -129,7 +127,6 @@ __device__ __forceinline__ void copyToShared(float* dst, const float* src, int n
 
 // Dynamic shared memory of a small GEMM: the input rows (f16), then a norm's weight and
 // bias when there are (norm_vectors 1 or 2, f32).
-// A small GEMM's chunks per task: each lane loads 8 / P 16-byte pieces of each of the P rows.
 inline size_t smallGemmSmem(int rows, int K, int norm_vectors) { return size_t(rows) * K * 2 + size_t(norm_vectors) * K * 4; }
 inline int normVectors(const SmallGemmInput& in) { return in.kind == SmallGemmInput::Norm ? (in.norm_b ? 2 : 1) : 0; }
 

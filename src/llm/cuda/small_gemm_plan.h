@@ -6,13 +6,7 @@
 
 #include <cstdint>
 
-#ifndef KILN_HOST_DEVICE
-#ifdef __CUDACC__
-#define KILN_HOST_DEVICE __host__ __device__
-#else
-#define KILN_HOST_DEVICE
-#endif
-#endif
+#include "llm/cuda/host_device.h"
 
 namespace kiln::llm::cuda {
 
