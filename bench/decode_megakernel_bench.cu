@@ -6,15 +6,18 @@
 // kernel) streams its own weights only after its wait, so each of a layer's five steps pays a
 // DRAM round trip plus the synchronisation (bench/results/2026-12-04-*). Here each CTA's
 // producer warp streams the CTA's fixed slice of every weight matrix, in the order they are
-// used, through a ring of shared-memory slots with the copy engine (cp.async.bulk + mbarrier),
-// never waiting on a dependency: only on a free slot. The eight consumer warps wait on per-step
-// counters (a grid barrier per step), read the step's input from L2 and multiply it by rows
-// already on chip. Steps per layer: q|k|v (norm fused), attention (split over positions),
-// output projection += residual, fc or gate|up (norm fused, GELU or SwiGLU), down += residual;
-// then the LM head with an argmax per CTA and a last step that combines them. Each row of a
-// GEMV belongs to one CTA, so the residual adds are plain and the results deterministic.
+// used, through a ring of shared-memory slots with the copy engine (cp.async.bulk + mbarrier;
+// or its lanes' cp.async), never waiting on a dependency: only on a free slot. The consumer
+// warps wait for a step's input itself: every value that crosses CTAs is written as one 64-bit
+// word with the flag of the step that wrote it (see Word), so there is no barrier, counter or
+// fence. (The first version, commit 9715abe, used a grid barrier per step: no faster.) Steps
+// per layer: q|k|v (norm fused), attention (split over positions), output projection +=
+// residual, fc or gate|up (norm fused, GELU or SwiGLU), down += residual; then the LM head with
+// an argmax per CTA and a last step that combines them. Each row of a GEMV belongs to one CTA,
+// so the residual adds are plain and the results deterministic. --diagnose times the same
+// chain without the arithmetic and/or the copies.
 //
-// Checked against a chain of naive kernels (f32 throughout) on the same data: the residual
+// Checked against a chain of naive kernels (f32, f64 sums) on the same data: the residual
 // stream after the last layer and the argmax token. Reported: ms/token (events over many
 // tokens, launches back to back) and each launch's span (%globaltimer, first CTA start to last
 // CTA end), next to the bandwidth limit from a plain read of a large buffer in the same run.
@@ -30,95 +33,40 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(x)                                                                                  \
-    do {                                                                                          \
-        cudaError_t e_ = (x);                                                                     \
-        if (e_ != cudaSuccess) {                                                                  \
-            std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-            std::exit(1);                                                                         \
-        }                                                                                         \
-    } while (0)
+#include "decode_megakernel/device_primitives.cuh"
+#include "decode_megakernel/model_reference.cuh"
 
 #ifndef CONSUMER_WARPS
 #define CONSUMER_WARPS 8
 #endif
 constexpr int kConsumerWarps = CONSUMER_WARPS, kThreads = (kConsumerWarps + 1) * 32, kConsumers = kConsumerWarps * 32;
-constexpr int kMaxSlots = 32, kMaxK = 5632, kMaxPositions = 64, kHeadDim = 64, kScratch = 1024;
+constexpr int kMaxSlots = 32, kMaxK = 5632, kMaxPositions = 64, kScratch = 1024;
 constexpr int kStepsPerLayer = 5;
-
-struct Model {
-    const char* name;
-    int H, I, heads, kv_heads, layers, vocab;
-    bool gated;  // SwiGLU with gate|up rows interleaved (Llama) instead of GELU (GPT-2)
-    __host__ __device__ int qkvRows() const { return H + 2 * kv_heads * kHeadDim; }
-    __host__ __device__ int fcRows() const { return gated ? 2 * I : I; }
-    double weightBytes() const { return 2.0 * (double(layers) * ((qkvRows() + H + fcRows()) * double(H) + double(H) * I) + double(vocab) * H); }
-};
-
-struct Layer {
-    const __half *qkv, *o, *fc, *down;  // [rows][K] row-major
-    const __half *k_cache, *v_cache;    // [kv_heads][ctx][64]
-};
 
 struct Params {
     Model m;
     int ctx, splits, ctas;
     const Layer* layers;
     const __half* lm_head;
-    float* residual;   // [H]
-    float* qkv;        // [qkvRows]
-    float* attention;  // [heads][splits][2 + 64]: max, sum, unnormalised output
-    float* hidden;     // [I]
-    float2* best;      // [ctas]: (logit, token) of each CTA's rows of the LM head
+    Word* residual;   // [H]
+    Word* qkv;        // [qkvRows]
+    Word* attention;  // [heads][splits][2 + 64]: max, sum, unnormalised output
+    Word* hidden;     // [I]
+    Word* best;       // [ctas][2]: logit, token of each CTA's rows of the LM head
     int* token;
-    unsigned* counters;  // one per step, + epoch * ctas when the step is done
-    unsigned epoch;
+    unsigned epoch;       // the token: step s of it writes flag epoch * 256 + s + 1
+    unsigned start_flag;  // the flag the residual carries at the start
     int slots, slot_bytes, copy_bytes;  // the ring: slots x slot_bytes; bytes per bulk copy
     int striped;                        // 1: pieces striped over CTAs (see pieceRows)
-    int diagnose;                       // 1: consumers skip the arithmetic; 2: the producer skips the copies (timing only)
+    int diagnose;  // timing only: 1 the consumers skip the arithmetic (outputs 0); 2 the producer skips the copies; 3 both
     int lanes_copy;                     // 1: the producer warp's lanes copy 16 bytes each (cp.async) instead of the copy engine
     unsigned long long* span;    // [2]: first CTA start, last CTA end
-    unsigned long long* stamps;  // [steps]: when CTA 0's consumers passed each step's wait
+    unsigned long long* stamps;  // [steps]: when CTA 0's consumers began each step
     unsigned long long* detail;  // [steps][2]: CTA 0's input loaded, its rows done
 };
 
-__device__ __forceinline__ unsigned long long now() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-__device__ __forceinline__ unsigned smemAddress(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbarInit(unsigned long long* bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smemAddress(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbarArrive(unsigned long long* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smemAddress(bar)) : "memory");
-}
-__device__ __forceinline__ void mbarExpect(unsigned long long* bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddress(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbarWait(unsigned long long* bar, unsigned parity) {
-    unsigned done = 0;
-    do {
-        asm volatile(
-            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-            : "=r"(done)
-            : "r"(smemAddress(bar)), "r"(parity)
-            : "memory");
-    } while (!done);
-}
-__device__ __forceinline__ void bulkCopy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smemAddress(dst)), "l"(src),
-                 "r"(bytes), "r"(smemAddress(bar))
-                 : "memory");
-}
 // Barrier 1 joins the consumer warps only (the producer warp never waits on a step).
 __device__ __forceinline__ void consumersSync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
-
-__device__ __forceinline__ float warpSum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // Step s of a token: layer s / 5, kind s % 5; then the LM head, then the argmax combine.
 enum Kind { kQkv, kAttention, kOut, kFc, kDown, kLmHead, kCombine };
@@ -162,72 +110,53 @@ __device__ inline bool pieceRows(const Params& p, const Gemv& g, int per, bool c
     return rs < g.N;
 }
 
-__device__ __forceinline__ void arrive(const Params& p, int s) {
-    consumersSync();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(p.counters + s, 1u);
-    }
-}
-__device__ __forceinline__ void waitFor(const Params& p, int s) {
-    if (threadIdx.x == 0) {
-        const unsigned target = p.epoch * unsigned(p.ctas);
-        unsigned seen;
-        do {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(p.counters + s) : "memory");
-        } while (seen < target);
-        if (blockIdx.x == 0) p.stamps[s + 1] = now();
-    }
-    consumersSync();
-}
-
-// dst[0, n) = src[0, n) from L2 (written by other CTAs in this launch), 16-byte loads, four
-// in flight per thread.
-__device__ void loadVector(float* dst, const float* src, int n) {
-    const int n4 = n / 4;
-    for (int j = threadIdx.x; j < n4; j += 4 * kConsumers) {
-        float4 v[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = j + u * kConsumers < n4 ? __ldcg(reinterpret_cast<const float4*>(src) + j + u * kConsumers) : float4{};
+__device__ __forceinline__ unsigned flagOf(const Params& p, int s) { return p.epoch * 256u + unsigned(s) + 1u; }
+// dst[0, n) = src[0, n) once each word carries flag; four loads in flight per thread.
+__device__ void awaitVector(float* dst, const Word* src, int n, unsigned flag) {
+    for (int j = threadIdx.x; j < n; j += 4 * kConsumers) {
+        Word w[4];
 #pragma unroll
         for (int u = 0; u < 4; ++u)
-            if (j + u * kConsumers < n4) reinterpret_cast<float4*>(dst)[j + u * kConsumers] = v[u];
+            if (j + u * kConsumers < n) w[u] = loadWord(src + j + u * kConsumers);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int i = j + u * kConsumers;
+            if (i >= n) break;
+            while (unsigned(w[u] >> 32) != flag) w[u] = loadWord(src + i);
+            dst[i] = valueOf(w[u]);
+        }
     }
 }
 
-// x = norm(residual) in shared memory (LayerNorm for GPT-2, RMSNorm for Llama; weights 1, 0).
-// Each thread sums and then normalises the 16-byte pieces it loaded itself.
-__device__ void loadNormed(const Params& p, float* x, float* scratch) {
-    const int H4 = p.m.H / 4, t = threadIdx.x;
+// xh = x in f16, for the arithmetic (16 products per f16 sum, as Kiln's decoder does).
+__device__ void toHalf(const float* x, __half* xh, int n) {
+    for (int j = threadIdx.x; j < n / 2; j += kConsumers) reinterpret_cast<__half2*>(xh)[j] = __floats2half2_rn(x[2 * j], x[2 * j + 1]);
+}
+
+// x = norm(residual) (LayerNorm for GPT-2, RMSNorm for Llama; weights 1, 0).
+__device__ void loadNormed(const Params& p, float* x, float* scratch, unsigned flag) {
+    const int H = p.m.H, t = threadIdx.x;
+    awaitVector(x, p.residual, H, flag);
     float s = 0.f, q = 0.f;
-    loadVector(x, p.residual, p.m.H);
-    for (int j = t; j < H4; j += kConsumers) {
-        const float4 v = reinterpret_cast<const float4*>(x)[j];
-        s += (v.x + v.y) + (v.z + v.w);
-        q += (v.x * v.x + v.y * v.y) + (v.z * v.z + v.w * v.w);
-    }
+    for (int j = t; j < H; j += kConsumers) s += x[j], q += x[j] * x[j];  // the elements this thread loaded
     s = warpSum(s);
     q = warpSum(q);
     if (t % 32 == 0) scratch[t / 32] = s, scratch[kConsumerWarps + t / 32] = q;
     consumersSync();
     s = q = 0.f;
     for (int w = 0; w < kConsumerWarps; ++w) s += scratch[w], q += scratch[kConsumerWarps + w];
-    const float H = float(p.m.H), mean = p.m.gated ? 0.f : s / H, inv = rsqrtf(q / H - mean * mean + 1e-5f);
-    for (int j = t; j < H4; j += kConsumers) {
-        float4 v = reinterpret_cast<const float4*>(x)[j];
-        v.x = (v.x - mean) * inv, v.y = (v.y - mean) * inv, v.z = (v.z - mean) * inv, v.w = (v.w - mean) * inv;
-        reinterpret_cast<float4*>(x)[j] = v;
-    }
+    const float mean = p.m.gated ? 0.f : s / H, inv = rsqrtf(q / H - mean * mean + 1e-5f);
+    for (int j = t; j < H; j += kConsumers) x[j] = (x[j] - mean) * inv;
 }
 
 // x = the attention output, its splits combined: each split's weight exp(m - M) / L first
 // (scratch), then the outputs, every split's load of an element issued together.
-__device__ void loadAttention(const Params& p, float* x, float* scratch) {
+__device__ void loadAttention(const Params& p, float* x, float* scratch, unsigned flag) {
     constexpr int kStride = 2 + kHeadDim, kMaxSplits = 8;
     const int parts = p.m.heads * p.splits;
     for (int i = threadIdx.x; i < parts; i += kConsumers) {
-        const float2 ml = __ldcg(reinterpret_cast<const float2*>(p.attention + size_t(i) * kStride));
-        scratch[i] = ml.x, scratch[parts + i] = ml.y;
+        const Word* part = p.attention + size_t(i) * kStride;
+        scratch[i] = awaitWord(part, flag), scratch[parts + i] = awaitWord(part + 1, flag);
     }
     consumersSync();
     for (int i = threadIdx.x; i < parts; i += kConsumers) {
@@ -240,37 +169,43 @@ __device__ void loadAttention(const Params& p, float* x, float* scratch) {
     consumersSync();
     for (int j = threadIdx.x; j < p.m.H; j += kConsumers) {
         const int h = j / kHeadDim, d = j % kHeadDim;
-        const float* part = p.attention + size_t(h) * p.splits * kStride + 2 + d;
-        float v[kMaxSplits];
-#pragma unroll
-        for (int sp = 0; sp < kMaxSplits; ++sp) v[sp] = sp < p.splits ? __ldcg(part + sp * kStride) : 0.f;
-        float acc = 0.f;
+        const Word* part = p.attention + size_t(h) * p.splits * kStride + 2 + d;
+        Word w[kMaxSplits];
 #pragma unroll
         for (int sp = 0; sp < kMaxSplits; ++sp)
-            if (sp < p.splits) acc += scratch[2 * parts + h * p.splits + sp] * v[sp];
+            if (sp < p.splits) w[sp] = loadWord(part + sp * kStride);
+        float acc = 0.f;
+#pragma unroll
+        for (int sp = 0; sp < kMaxSplits; ++sp) {
+            if (sp >= p.splits) break;
+            while (unsigned(w[sp] >> 32) != flag) w[sp] = loadWord(part + sp * kStride);
+            acc += scratch[2 * parts + h * p.splits + sp] * valueOf(w[sp]);
+        }
         x[j] = acc;
     }
 }
 
-// This lane's part of row . x (row: K8 16-byte pieces of f16 in shared memory, x: f32), two
-// pieces at a time with two sums, so that loads and arithmetic overlap.
-__device__ __forceinline__ float dot(const uint4* row, const float* x, int K8, int lane) {
-    auto piece = [&](int k) {
-        const uint4 w = row[k];
-        const float4 xa = reinterpret_cast<const float4*>(x)[2 * k], xb = reinterpret_cast<const float4*>(x)[2 * k + 1];
-        const __half2* w2 = reinterpret_cast<const __half2*>(&w);
-        const float2 a = __half22float2(w2[0]), b = __half22float2(w2[1]), c = __half22float2(w2[2]), d = __half22float2(w2[3]);
-        return fmaf(a.x, xa.x, fmaf(a.y, xa.y, fmaf(b.x, xa.z, b.y * xa.w))) + fmaf(c.x, xb.x, fmaf(c.y, xb.y, fmaf(d.x, xb.z, d.y * xb.w)));
-    };
-    float s0 = 0.f, s1 = 0.f;
-    int k = lane;
-    for (; k + 32 < K8; k += 64) s0 += piece(k), s1 += piece(k + 32);
-    if (k < K8) s0 += piece(k);
-    return s0 + s1;
+// This lane's parts of rows[0, n) . x for n <= 4 rows of K8 16-byte pieces of f16 in shared
+// memory: each piece's 8 products summed in f16, then in f32; one piece of x for all rows.
+__device__ __forceinline__ void dotRows(const __half* W, int K, int n, const __half* xh, int lane, float (&acc)[4]) {
+    const int K8 = K / 8;
+    for (int k = lane; k < K8; k += 32) {
+        const uint4 xv = reinterpret_cast<const uint4*>(xh)[k];
+        const __half2* x2 = reinterpret_cast<const __half2*>(&xv);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            if (j >= n) break;
+            const uint4 wv = reinterpret_cast<const uint4*>(W + size_t(j) * K)[k];
+            const __half2* w2 = reinterpret_cast<const __half2*>(&wv);
+            __half2 s2 = __hmul2(w2[0], x2[0]);
+            s2 = __hfma2(w2[1], x2[1], s2);
+            s2 = __hfma2(w2[2], x2[2], s2);
+            s2 = __hfma2(w2[3], x2[3], s2);
+            const float2 f = __half22float2(s2);
+            acc[j] += f.x + f.y;
+        }
+    }
 }
-
-__device__ __forceinline__ float gelu(float v) { return 0.5f * v * (1.f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v))); }
-__device__ __forceinline__ float silu(float v) { return v / (1.f + __expf(-v)); }
 
 // One attention split: positions [p0, p1) of the cache (+ the new token in the last split)
 // for one query head. Keys and values are loaded before the wait: they do not depend on it.
@@ -279,6 +214,7 @@ __device__ void attention(const Params& p, int s, int task, __half* kv, float* s
     const int h = task / p.splits, sp = task % p.splits, kvh = h / (m.heads / m.kv_heads);
     const int p0 = p.ctx * sp / p.splits, p1 = p.ctx * (sp + 1) / p.splits, cached = p1 - p0;
     const bool last = sp == p.splits - 1;
+    const unsigned in = flagOf(p, s - 1), out_flag = flagOf(p, s);
     const Layer& L = p.layers[s / kStepsPerLayer];
     const size_t base = (size_t(kvh) * p.ctx + p0) * kHeadDim;
     __half *ks = kv, *vs = kv + (kMaxPositions + 1) * kHeadDim;
@@ -286,18 +222,18 @@ __device__ void attention(const Params& p, int s, int task, __half* kv, float* s
         reinterpret_cast<uint4*>(ks)[j] = __ldg(reinterpret_cast<const uint4*>(L.k_cache + base) + j);
         reinterpret_cast<uint4*>(vs)[j] = __ldg(reinterpret_cast<const uint4*>(L.v_cache + base) + j);
     }
-    waitFor(p, s - 1);
-    float* q = scratch;             // [64]
-    float* scores = scratch + 64;   // [kMaxPositions + 1]
+    float* q = scratch;            // [64]
+    float* scores = scratch + 64;  // [kMaxPositions + 1]
     const int t = threadIdx.x, n = cached + (last ? 1 : 0);
     if (t < kHeadDim) {
-        q[t] = __ldcg(p.qkv + h * kHeadDim + t) * rsqrtf(float(kHeadDim));
-        if (last) {
-            ks[cached * kHeadDim + t] = __float2half(__ldcg(p.qkv + m.H + kvh * kHeadDim + t));
-            vs[cached * kHeadDim + t] = __float2half(__ldcg(p.qkv + m.H + m.kv_heads * kHeadDim + kvh * kHeadDim + t));
-        }
+        const Word* qw = p.qkv + h * kHeadDim + t;
+        const Word* kw = p.qkv + m.H + kvh * kHeadDim + t;
+        const Word* vw = p.qkv + m.H + m.kv_heads * kHeadDim + kvh * kHeadDim + t;
+        q[t] = awaitWord(qw, in) * rsqrtf(float(kHeadDim));
+        if (last) ks[cached * kHeadDim + t] = __float2half(awaitWord(kw, in)), vs[cached * kHeadDim + t] = __float2half(awaitWord(vw, in));
     }
     consumersSync();
+    if (blockIdx.x == 0 && t == 0) p.detail[2 * s] = now();
     const int warp = t / 32, lane = t % 32;
     for (int i = warp; i < n; i += kConsumerWarps) {
         const __half2 k2 = reinterpret_cast<const __half2*>(ks + i * kHeadDim)[lane];
@@ -314,10 +250,12 @@ __device__ void attention(const Params& p, int s, int task, __half* kv, float* s
             sum += w;
             acc += w * __half2float(vs[i * kHeadDim + t]);
         }
-        float* out = p.attention + (size_t(h) * p.splits + sp) * (2 + kHeadDim);
-        out[2 + t] = acc;
-        if (t == 0) out[0] = M, out[1] = sum;
+        Word* out = p.attention + (size_t(h) * p.splits + sp) * (2 + kHeadDim);
+        storeWord(out + 2 + t, acc, out_flag);
+        if (t == 0) storeWord(out, M, out_flag), storeWord(out + 1, sum, out_flag);
     }
+    if (blockIdx.x == 0 && t == 0) p.detail[2 * s + 1] = now();
+    consumersSync();
 }
 
 __global__ void __launch_bounds__(kThreads, 1) decodeToken(Params p) {
@@ -326,14 +264,14 @@ __global__ void __launch_bounds__(kThreads, 1) decodeToken(Params p) {
     unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + p.slots * p.slot_bytes);
     unsigned long long* empty = full + kMaxSlots;
     float* x = reinterpret_cast<float*>(empty + kMaxSlots);
-    float* scratch = x + kMaxK;                                 // sums, split weights, or q + scores
+    __half* xh = reinterpret_cast<__half*>(x + kMaxK);
+    float* scratch = reinterpret_cast<float*>(xh + kMaxK);       // sums, split weights, or q + scores
     __half* kv = reinterpret_cast<__half*>(scratch + kScratch);  // 2 x (kMaxPositions + 1) x 64
     float* own = reinterpret_cast<float*>(kv + 2 * (kMaxPositions + 1) * kHeadDim);  // this CTA's rows of the residual
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, cta = blockIdx.x;
     const int steps = p.m.layers * kStepsPerLayer + 2;
     if (threadIdx.x == 0) {
         atomicMin(p.span, now());
-        if (cta == 0) p.stamps[0] = now();
         for (int i = 0; i < p.slots; ++i) mbarInit(full + i, p.lanes_copy ? 32 : 1), mbarInit(empty + i, kConsumerWarps);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -353,11 +291,9 @@ __global__ void __launch_bounds__(kThreads, 1) decodeToken(Params p) {
                 if (piece >= slots) mbarWait(empty + slot, (piece / slots - 1) & 1);
                 const unsigned char* src = reinterpret_cast<const unsigned char*>(g.W + size_t(r) * g.K);
                 unsigned char* dst = ring + slot * p.slot_bytes;
-                if (p.diagnose == 2) {
-                    if (lane == 0) mbarArrive(full + slot);
-                    if (p.lanes_copy)
-                        for (int l = 1; l < 32; ++l)
-                            if (lane == 0) mbarArrive(full + slot);
+                if (p.diagnose >= 2) {
+                    if (lane == 0)
+                        for (int l = 0; l < (p.lanes_copy ? 32 : 1); ++l) mbarArrive(full + slot);
                 } else if (p.lanes_copy) {
                     for (unsigned o = lane * 16; o < bytes; o += 32 * 16)
                         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smemAddress(dst + o)), "l"(src + o) : "memory");
@@ -372,74 +308,75 @@ __global__ void __launch_bounds__(kThreads, 1) decodeToken(Params p) {
         return;
     }
 
-    {  // the rows of the residual this CTA adds to (the output projection's and down's rows)
-        int r0, r1;
-        rowsOf(gemvOf(p, kOut), cta, p.ctas, r0, r1);
-        for (int n = r0 + threadIdx.x; n < r1; n += kConsumers) own[n - r0] = p.residual[n];
-    }
+    int own0, own1;  // the rows of the residual this CTA adds to (the output projection's and down's)
+    rowsOf(gemvOf(p, kOut), cta, p.ctas, own0, own1);
+    for (int n = own0 + threadIdx.x; n < own1; n += kConsumers) own[n - own0] = awaitWord(p.residual + n, p.start_flag);
     unsigned piece = 0;
     for (int s = 0; s < steps; ++s) {
         const Kind kind = kindOf(p.m, s);
+        const unsigned in = s == 0 ? p.start_flag : flagOf(p, s - 1), out_flag = flagOf(p, s);
+        if (cta == 0 && threadIdx.x == 0) p.stamps[s] = now();
         if (kind == kAttention) {
             if (cta < p.m.heads * p.splits) attention(p, s, cta, kv, scratch);
-            arrive(p, s);
             continue;
         }
         if (kind == kCombine) {
-            waitFor(p, s - 1);
             if (cta == 0 && warp == 0) {
-                float2 b = make_float2(-INFINITY, 0.f);
+                float best = -INFINITY, row = 0.f;
                 for (int c = lane; c < p.ctas; c += 32) {
-                    const float2 v = __ldcg(p.best + c);
-                    if (v.x > b.x || (v.x == b.x && v.y < b.y)) b = v;
+                    const float v = awaitWord(p.best + 2 * c, in), r = awaitWord(p.best + 2 * c + 1, in);
+                    if (v > best || (v == best && r < row)) best = v, row = r;
                 }
                 for (int o = 16; o > 0; o >>= 1) {
-                    const float2 v = make_float2(__shfl_xor_sync(0xffffffffu, b.x, o), __shfl_xor_sync(0xffffffffu, b.y, o));
-                    if (v.x > b.x || (v.x == b.x && v.y < b.y)) b = v;
+                    const float v = __shfl_xor_sync(0xffffffffu, best, o), r = __shfl_xor_sync(0xffffffffu, row, o);
+                    if (v > best || (v == best && r < row)) best = v, row = r;
                 }
-                if (lane == 0) *p.token = int(b.y);
+                if (lane == 0) *p.token = int(row);
             }
             break;
         }
         const Gemv g = gemvOf(p, s);
-        int r0, r1;
-        rowsOf(g, cta, p.ctas, r0, r1);
-        if (s > 0) waitFor(p, s - 1);
         if (kind == kQkv || kind == kFc || kind == kLmHead)
-            loadNormed(p, x, scratch);
+            loadNormed(p, x, scratch, in);
         else if (kind == kOut)
-            loadAttention(p, x, scratch);
+            loadAttention(p, x, scratch, in);
         else
-            loadVector(x, p.hidden, g.K);
+            awaitVector(x, p.hidden, g.K, in);
+        consumersSync();
+        toHalf(x, xh, g.K);
         consumersSync();
         if (cta == 0 && threadIdx.x == 0) p.detail[2 * s] = now();
-        const int per = rowsPerPiece(p, g), K8 = g.K / 8;
+        const int per = rowsPerPiece(p, g);
         const bool contiguous = kind == kOut || kind == kDown;
         float best = -INFINITY, best_row = 0.f;
         int r, re, before = 0;
         for (int i = 0; pieceRows(p, g, per, contiguous, cta, i, r, re); ++i, ++piece) {
             const unsigned slot = piece % unsigned(p.slots);
-            const int rows = re - r;
+            const int rows = re - r, tasks = (rows + 3) / 4;
             mbarWait(full + slot, (piece / unsigned(p.slots)) & 1);
             const __half* W = reinterpret_cast<const __half*>(ring + slot * p.slot_bytes);
-            // Tasks go to warps in turn across the step, not from warp 0 in each piece: with a
-            // task or two per piece, all warps then work on different pieces at once.
-            for (int task = p.diagnose == 1 ? rows : (warp - before % kConsumerWarps + kConsumerWarps) % kConsumerWarps; task < rows / g.P; task += kConsumerWarps) {
-                float y[2] = {0.f, 0.f};
-                for (int j = 0; j < g.P; ++j) y[j] = warpSum(dot(reinterpret_cast<const uint4*>(W + size_t(task * g.P + j) * g.K), x, K8, lane));
-                const int n = r + task * g.P;
-                if (lane == 0) {
-                    if (kind == kQkv)
-                        p.qkv[n] = y[0];
-                    else if (kind == kOut || kind == kDown)
-                        p.residual[n] = own[n - r0] += y[0];
-                    else if (kind == kFc)
-                        p.hidden[n / g.P] = g.P == 2 ? silu(y[0]) * y[1] : gelu(y[0]);
-                    else if (y[0] > best)
-                        best = y[0], best_row = float(n);
-                }
+            // Tasks of 4 rows go to warps in turn across the step, not from warp 0 in each piece:
+            // with a task or two per piece, all warps then work on different pieces at once.
+            for (int task = (warp - before % kConsumerWarps + kConsumerWarps) % kConsumerWarps; task < tasks; task += kConsumerWarps) {
+                const int n0 = 4 * task, n = min(4, rows - n0);
+                float y[4] = {0.f, 0.f, 0.f, 0.f};
+                if (p.diagnose != 1 && p.diagnose != 3) dotRows(W + size_t(n0) * g.K, g.K, n, xh, lane, y);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) y[j] = warpSum(y[j]);
+                if (lane == 0)
+                    for (int j = 0; j < n; j += g.P) {
+                        const int row = r + n0 + j;
+                        if (kind == kQkv)
+                            storeWord(p.qkv + row, y[j], out_flag);
+                        else if (kind == kOut || kind == kDown)
+                            storeWord(p.residual + row, own[row - own0] += y[j], out_flag);
+                        else if (kind == kFc)
+                            storeWord(p.hidden + row / g.P, g.P == 2 ? silu(y[j]) * y[j + 1] : gelu(y[j]), out_flag);
+                        else if (y[j] > best)
+                            best = y[j], best_row = float(row);
+                    }
             }
-            before += rows / g.P;
+            before += tasks;
             __syncwarp();
             if (lane == 0) mbarArrive(empty + slot);
         }
@@ -448,117 +385,17 @@ __global__ void __launch_bounds__(kThreads, 1) decodeToken(Params p) {
             if (lane == 0) scratch[warp] = best, scratch[kConsumerWarps + warp] = best_row;
             consumersSync();
             if (threadIdx.x == 0) {
-                float2 b = make_float2(scratch[0], scratch[kConsumerWarps]);
+                float b = scratch[0], row = scratch[kConsumerWarps];
                 for (int w = 1; w < kConsumerWarps; ++w)
-                    if (scratch[w] > b.x || (scratch[w] == b.x && scratch[kConsumerWarps + w] < b.y)) b = make_float2(scratch[w], scratch[kConsumerWarps + w]);
-                p.best[cta] = b;
+                    if (scratch[w] > b || (scratch[w] == b && scratch[kConsumerWarps + w] < row)) b = scratch[w], row = scratch[kConsumerWarps + w];
+                storeWord(p.best + 2 * cta, b, out_flag);
+                storeWord(p.best + 2 * cta + 1, row, out_flag);
             }
         }
-        arrive(p, s);
+        consumersSync();  // x and xh are the next step's
     }
     consumersSync();
     if (threadIdx.x == 0) atomicMax(p.span + 1, now());
-}
-
-// ---- the reference: one naive kernel per operation, f32 ----
-__global__ void refNorm(const float* r, float* x, int H, bool rms) {
-    __shared__ float red[2][32];
-    float s = 0.f, q = 0.f;
-    for (int j = threadIdx.x; j < H; j += blockDim.x) s += r[j], q += r[j] * r[j];
-    s = warpSum(s), q = warpSum(q);
-    if (threadIdx.x % 32 == 0) red[0][threadIdx.x / 32] = s, red[1][threadIdx.x / 32] = q;
-    __syncthreads();
-    s = q = 0.f;
-    for (int w = 0; w < int(blockDim.x / 32); ++w) s += red[0][w], q += red[1][w];
-    const float mean = rms ? 0.f : s / H, inv = rsqrtf(q / H - mean * mean + 1e-5f);
-    for (int j = threadIdx.x; j < H; j += blockDim.x) x[j] = (r[j] - mean) * inv;
-}
-__global__ void refGemv(const __half* W, const float* x, float* y, int N, int K) {
-    const int n = blockIdx.x * blockDim.x + threadIdx.x;
-    if (n >= N) return;
-    double acc = 0.0;
-    for (int k = 0; k < K; ++k) acc += double(__half2float(W[size_t(n) * K + k])) * x[k];
-    y[n] = float(acc);
-}
-__global__ void refAdd(float* r, const float* y, int n) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) r[i] += y[i];
-}
-__global__ void refActivation(const float* y, float* h, int I, bool gated) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < I) h[i] = gated ? y[2 * i] / (1.f + expf(-y[2 * i])) * y[2 * i + 1] : gelu(y[i]);
-}
-__global__ void refAttention(Model m, Layer L, int ctx, const float* qkv, float* out) {
-    const int h = blockIdx.x, d = threadIdx.x, kvh = h / (m.heads / m.kv_heads);
-    const float* q = qkv + h * kHeadDim;
-    const float *kn = qkv + m.H + kvh * kHeadDim, *vn = qkv + m.H + m.kv_heads * kHeadDim + kvh * kHeadDim;
-    auto key = [&](int i, int j) { return i < ctx ? __half2float(L.k_cache[(size_t(kvh) * ctx + i) * kHeadDim + j]) : __half2float(__float2half(kn[j])); };
-    auto value = [&](int i, int j) { return i < ctx ? __half2float(L.v_cache[(size_t(kvh) * ctx + i) * kHeadDim + j]) : __half2float(__float2half(vn[j])); };
-    double M = -1e300;
-    for (int i = 0; i <= ctx; ++i) {
-        double s = 0.0;
-        for (int j = 0; j < kHeadDim; ++j) s += double(q[j]) * key(i, j);
-        M = fmax(M, s / sqrt(double(kHeadDim)));
-    }
-    double sum = 0.0, acc = 0.0;
-    for (int i = 0; i <= ctx; ++i) {
-        double s = 0.0;
-        for (int j = 0; j < kHeadDim; ++j) s += double(q[j]) * key(i, j);
-        const double w = exp(s / sqrt(double(kHeadDim)) - M);
-        sum += w;
-        acc += w * value(i, d);
-    }
-    out[h * kHeadDim + d] = float(acc / sum);
-}
-
-__global__ void fillRandom(__half* w, size_t n, unsigned seed, float scale) {
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-        unsigned v = unsigned(i) * 2654435761u ^ seed * 0x9E3779B9u ^ unsigned(i >> 32) * 0x85EBCA6Bu;
-        v ^= v >> 15, v *= 0x2C1B3C6Du, v ^= v >> 12, v *= 0x297A2D39u, v ^= v >> 15;
-        w[i] = __float2half((float(v & 0xFFFFFF) / float(0x1000000) * 2.f - 1.f) * scale);
-    }
-}
-__global__ void readAll(const uint4* src, size_t n, unsigned* sink) {
-    unsigned x = 0;
-    const size_t stride = size_t(gridDim.x) * blockDim.x;
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += 4 * stride) {
-        uint4 v[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = i + u * stride < n ? __ldcs(src + i + u * stride) : make_uint4(0, 0, 0, 0);
-#pragma unroll
-        for (int u = 0; u < 4; ++u) x ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-    }
-    if (x == 0x12345678u) *sink = x;
-}
-
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
-static double measureBandwidth(int sms) {
-    const size_t bytes = size_t(4) << 30;
-    uint4* buf;
-    unsigned* sink;
-    CHECK(cudaMalloc(&buf, bytes));
-    CHECK(cudaMalloc(&sink, 4));
-    CHECK(cudaMemset(buf, 1, bytes));
-    cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
-    std::vector<double> gbs;
-    for (int i = 0; i < 12; ++i) {
-        CHECK(cudaEventRecord(a));
-        readAll<<<sms * 4, 512>>>(buf, bytes / 16, sink);
-        CHECK(cudaEventRecord(b));
-        CHECK(cudaEventSynchronize(b));
-        float ms;
-        CHECK(cudaEventElapsedTime(&ms, a, b));
-        if (i > 1) gbs.push_back(bytes / (ms * 1e-3) / 1e9);
-    }
-    CHECK(cudaFree(buf));
-    CHECK(cudaFree(sink));
-    return median(gbs);
 }
 
 struct Run {
@@ -611,17 +448,21 @@ static Run runModel(const Model& m, int ctx, int sms, double gbs, int tokens, Ri
     CHECK(cudaMemcpy(dlayers, layers.data(), sizeof(Layer) * m.layers, cudaMemcpyHostToDevice));
     p.layers = dlayers;
     p.lm_head = weights(m.vocab, m.H);
-    p.residual = static_cast<float*>(alloc(m.H * 4));
-    p.qkv = static_cast<float*>(alloc(m.qkvRows() * 4));
-    p.attention = static_cast<float*>(alloc(size_t(m.heads) * p.splits * (2 + kHeadDim) * 4));
-    p.hidden = static_cast<float*>(alloc(m.I * 4));
-    p.best = static_cast<float2*>(alloc(sms * 8));
+    auto words = [&](size_t n) {
+        Word* w = static_cast<Word*>(alloc(n * 8));
+        CHECK(cudaMemset(w, 0, n * 8));
+        return w;
+    };
+    p.residual = words(m.H);
+    p.qkv = words(m.qkvRows());
+    p.attention = words(size_t(m.heads) * p.splits * (2 + kHeadDim));
+    p.hidden = words(m.I);
+    p.best = words(2 * size_t(sms));
     p.token = static_cast<int*>(alloc(4));
     const int steps = m.layers * kStepsPerLayer + 2;
-    p.counters = static_cast<unsigned*>(alloc(steps * 4));
-    CHECK(cudaMemset(p.counters, 0, steps * 4));
     p.span = static_cast<unsigned long long*>(alloc(16));
     p.stamps = static_cast<unsigned long long*>(alloc((steps + 1) * 8));
+    CHECK(cudaMemset(p.stamps, 0, (steps + 1) * 8));
     p.detail = static_cast<unsigned long long*>(alloc(2 * steps * 8));
 
     std::vector<float> start(m.H);
@@ -655,7 +496,7 @@ static Run runModel(const Model& m, int ctx, int sms, double gbs, int tokens, Ri
     CHECK(cudaMemcpy(logits.data(), ref_y, m.vocab * 4, cudaMemcpyDeviceToHost));
     const int ref_token = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
 
-    const size_t smem = size_t(p.slots) * p.slot_bytes + 2 * kMaxSlots * 8 + (kMaxK + kScratch) * 4 + 2 * (kMaxPositions + 1) * kHeadDim * 2 + 64 * 4;
+    const size_t smem = size_t(p.slots) * p.slot_bytes + 2 * kMaxSlots * 8 + kMaxK * 6 + kScratch * 4 + 2 * (kMaxPositions + 1) * kHeadDim * 2 + 64 * 4;
     CHECK(cudaFuncSetAttribute(decodeToken, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     int per_sm = 0;
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decodeToken, kThreads, smem));
@@ -664,6 +505,7 @@ static Run runModel(const Model& m, int ctx, int sms, double gbs, int tokens, Ri
         std::exit(1);
     }
     auto launch = [&](bool reset_span) {
+        p.start_flag = p.epoch == 0 ? 1u : p.epoch * 256u + unsigned(m.layers * kStepsPerLayer - 1) + 1u;  // the last down's
         ++p.epoch;
         if (reset_span) {
             CHECK(cudaMemsetAsync(p.span, 0xFF, 8));
@@ -672,20 +514,31 @@ static Run runModel(const Model& m, int ctx, int sms, double gbs, int tokens, Ri
         void* args[] = {&p};
         CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(decodeToken), dim3(sms), dim3(kThreads), args, smem, nullptr));
     };
-    CHECK(cudaMemcpy(p.residual, start.data(), m.H * 4, cudaMemcpyHostToDevice));
+    std::vector<Word> start_words(m.H);
+    for (int j = 0; j < m.H; ++j) {
+        unsigned bits;
+        std::memcpy(&bits, &start[j], 4);
+        start_words[j] = (Word(1) << 32) | bits;  // flag 1: the start of the first token
+    }
+    CHECK(cudaMemcpy(p.residual, start_words.data(), m.H * 8, cudaMemcpyHostToDevice));
     launch(true);
     CHECK(cudaDeviceSynchronize());
     std::vector<float> got(m.H);
+    std::vector<Word> got_words(m.H);
     int token = -1;
-    CHECK(cudaMemcpy(got.data(), p.residual, m.H * 4, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(got_words.data(), p.residual, m.H * 8, cudaMemcpyDeviceToHost));
+    for (int j = 0; j < m.H; ++j) {
+        const unsigned bits = unsigned(got_words[j]);
+        std::memcpy(&got[j], &bits, 4);
+    }
     CHECK(cudaMemcpy(&token, p.token, 4, cudaMemcpyDeviceToHost));
     float max_error = 0.f, max_ref = 0.f;
     for (int j = 0; j < m.H; ++j) max_error = std::max(max_error, std::fabs(got[j] - ref_final[j])), max_ref = std::max(max_ref, std::fabs(ref_final[j]));
     max_error /= std::max(max_ref, 1e-6f);
     std::vector<float> sorted = logits;
     std::sort(sorted.rbegin(), sorted.rend());
-    const bool tie = sorted[0] - sorted[1] < 1e-3f * std::fabs(sorted[0]);
-    const bool correct = max_error < 2e-3f && (token == ref_token || tie);
+    const bool tie = sorted[0] - sorted[1] < 1e-2f * std::fabs(sorted[0]);  // products are summed in f16
+    const bool correct = max_error < 1e-2f && (token == ref_token || tie);
     std::printf("%s: residual max error %.2e (relative to its largest element), token %d (reference %d%s)\n", m.name, max_error, token, ref_token,
                 tie ? ", near tie" : "");
 
@@ -706,8 +559,7 @@ static Run runModel(const Model& m, int ctx, int sms, double gbs, int tokens, Ri
         CHECK(cudaMemcpy(st.data(), p.stamps, st.size() * 8, cudaMemcpyDeviceToHost));
         CHECK(cudaMemcpy(dt.data(), p.detail, dt.size() * 8, cudaMemcpyDeviceToHost));
         spans.push_back((s[1] - s[0]) * 1e-3);
-        // Stamp s + 1 is the wait for step s's end: the time of step s is stamp[s+1] - stamp[s]
-        // (stamp 0, the start, stands for step 0's wait).
+        // Stamp s: CTA 0 begins step s (its input not yet there); step s lasts until stamp s + 1.
         for (int k = 0; k + 1 < steps; ++k) {
             const Kind kind = kindOf(m, k);
             step_sum[kind] += (st[k + 1] - st[k]) * 1e-3;
@@ -748,7 +600,7 @@ int main(int argc, char** argv) {
         else if (!std::strcmp(argv[i], "--diagnose")) ring.diagnose = value();
         else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) only = argv[++i];
         else {
-            std::printf("usage: %s [--tokens N] [--ctx POSITIONS] [--slots N] [--slot-kb KB] [--copy-kb KB] [--lanes-copy] [--contiguous] [--diagnose 1|2] [--model gpt2|llama1b]\n", argv[0]);
+            std::printf("usage: %s [--tokens N] [--ctx POSITIONS] [--slots N] [--slot-kb KB] [--copy-kb KB] [--lanes-copy] [--contiguous] [--diagnose 1|2|3] [--model gpt2|llama1b]\n", argv[0]);
             return 2;
         }
     }
@@ -764,7 +616,7 @@ int main(int argc, char** argv) {
     std::printf("%s, %d SMs, read bandwidth %.0f GB/s, context %d positions, ring %d x %d KB, %s\n", prop.name, sms, gbs, ctx, ring.slots,
                 ring.slot_bytes / 1024, ring.lanes_copy ? "lanes copy 16 bytes each (cp.async)" : "copy engine (cp.async.bulk)");
     std::printf("pieces %s, %d consumer warps%s\n", ring.striped ? "striped over CTAs (o, down: contiguous)" : "contiguous per CTA", kConsumerWarps,
-                ring.diagnose == 1 ? ", DIAGNOSTIC: no arithmetic" : ring.diagnose == 2 ? ", DIAGNOSTIC: no copies" : "");
+                ring.diagnose == 1 ? ", DIAGNOSTIC: no arithmetic" : ring.diagnose == 2 ? ", DIAGNOSTIC: no copies" : ring.diagnose == 3 ? ", DIAGNOSTIC: no copies, no arithmetic" : "");
     std::vector<Model> models;
     for (const Model& m : {Model{"gpt2", 768, 3072, 12, 12, 12, 50257, false}, Model{"llama1b", 2048, 5632, 32, 4, 22, 32000, true}})
         if (!only || !std::strcmp(only, m.name)) models.push_back(m);
