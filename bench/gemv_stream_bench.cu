@@ -14,20 +14,7 @@
 #include <cstdio>
 #include <vector>
 
-#define CHECK(x)                                                                                  \
-    do {                                                                                          \
-        cudaError_t e_ = (x);                                                                     \
-        if (e_ != cudaSuccess) {                                                                  \
-            std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
-            return 1;                                                                             \
-        }                                                                                         \
-    } while (0)
-
-__device__ __forceinline__ unsigned long long now() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
+#include "cuda_bench_check.cuh"
 
 // span[0] = min CTA start, span[1] = max CTA end, per launch.
 __device__ __forceinline__ void noteStart(unsigned long long* span, unsigned long long t) {
