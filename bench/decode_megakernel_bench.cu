@@ -44,6 +44,14 @@ constexpr int kConsumerWarps = CONSUMER_WARPS, kThreads = (kConsumerWarps + 1) *
 constexpr int kMaxSlots = 32, kMaxK = 5632, kMaxPositions = 64, kScratch = 1024;
 constexpr int kStepsPerLayer = 5;
 
+// How weights reach shared memory, and the benchmark's diagnostic modes.
+struct Ring {
+    int slots, slot_bytes, copy_bytes;  // slots x slot_bytes; bytes per bulk copy
+    int lanes_copy;                     // 1: the producer warp's lanes copy 16 bytes each (cp.async) instead of the copy engine
+    int striped;                        // 1: pieces striped over CTAs (see pieceRows)
+    int diagnose;  // timing only: 1 the consumers skip the arithmetic (outputs 0); 2 the producer skips the copies; 3 both
+};
+
 struct Params {
     Model m;
     int ctx, splits, ctas;
@@ -57,10 +65,7 @@ struct Params {
     int* token;
     unsigned epoch;       // the token: step s of it writes flag epoch * 256 + s + 1
     unsigned start_flag;  // the flag the residual carries at the start
-    int slots, slot_bytes, copy_bytes;  // the ring: slots x slot_bytes; bytes per bulk copy
-    int striped;                        // 1: pieces striped over CTAs (see pieceRows)
-    int diagnose;  // timing only: 1 the consumers skip the arithmetic (outputs 0); 2 the producer skips the copies; 3 both
-    int lanes_copy;                     // 1: the producer warp's lanes copy 16 bytes each (cp.async) instead of the copy engine
+    Ring ring;
     unsigned long long* span;    // [2]: first CTA start, last CTA end
     unsigned long long* stamps;  // [steps]: when CTA 0's consumers began each step
     unsigned long long* detail;  // [steps][2]: CTA 0's input loaded, its rows done
@@ -93,13 +98,14 @@ __device__ inline void rowsOf(const Gemv& g, int cta, int ctas, int& r0, int& r1
     r0 = int(tasks * cta / ctas) * g.P;
     r1 = int(tasks * (cta + 1) / ctas) * g.P;
 }
-__device__ inline int rowsPerPiece(const Params& p, const Gemv& g) { return max(g.P, p.slot_bytes / (g.K * 2) / g.P * g.P); }
+__device__ inline int rowsPerPiece(const Params& p, const Gemv& g) { return max(g.P, p.ring.slot_bytes / (g.K * 2) / g.P * g.P); }
 
-// Piece i of this CTA's rows of a step: [rs, re), false past the last. Striped (piece b of the
-// matrix to CTA b mod ctas) so that all CTAs read neighbouring rows at once, except where
-// `contiguous` (the output projection and down: each CTA keeps its rows of the residual).
-__device__ inline bool pieceRows(const Params& p, const Gemv& g, int per, bool contiguous, int cta, int i, int& rs, int& re) {
-    if (contiguous || !p.striped) {
+// Piece i of this CTA's rows of step s: [rs, re), false past the last. Striped (piece b of the
+// matrix to CTA b mod ctas) so that all CTAs read neighbouring rows at once, except for the
+// output projection and down: each CTA keeps its rows of the residual, the same in both.
+__device__ inline bool pieceRows(const Params& p, int s, const Gemv& g, int per, int cta, int i, int& rs, int& re) {
+    const Kind kind = kindOf(p.m, s);
+    if (kind == kOut || kind == kDown || !p.ring.striped) {
         int r0, r1;
         rowsOf(g, cta, p.ctas, r0, r1);
         rs = r0 + i * per;
@@ -262,7 +268,7 @@ __device__ void attention(const Params& p, int s, int task, __half* kv, float* s
 __global__ void __launch_bounds__(kThreads, 1) decodeToken(Params p) {
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char* ring = smem;
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + p.slots * p.slot_bytes);
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(smem + p.ring.slots * p.ring.slot_bytes);
     unsigned long long* empty = full + kMaxSlots;
     float* x = reinterpret_cast<float*>(empty + kMaxSlots);
     __half* xh = reinterpret_cast<__half*>(x + kMaxK);
@@ -273,39 +279,38 @@ __global__ void __launch_bounds__(kThreads, 1) decodeToken(Params p) {
     const int steps = p.m.layers * kStepsPerLayer + 2;
     if (threadIdx.x == 0) {
         atomicMin(p.span, now());
-        for (int i = 0; i < p.slots; ++i) mbarInit(full + i, p.lanes_copy ? 32 : 1), mbarInit(empty + i, kConsumerWarps);
+        for (int i = 0; i < p.ring.slots; ++i) mbarInit(full + i, p.ring.lanes_copy ? 32 : 1), mbarInit(empty + i, kConsumerWarps);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
     if (warp == kConsumerWarps) {  // the producer: every weight slice of this CTA, in order of use
-        if (lane != 0 && !p.lanes_copy) return;
+        if (lane != 0 && !p.ring.lanes_copy) return;
         unsigned piece = 0;
         for (int s = 0; s < steps; ++s) {
             const Gemv g = gemvOf(p, s);
             if (!g.W) continue;
             const int per = rowsPerPiece(p, g);
-            const bool contiguous = kindOf(p.m, s) == kOut || kindOf(p.m, s) == kDown;
             int r, re;
-            for (int i = 0; pieceRows(p, g, per, contiguous, cta, i, r, re); ++i, ++piece) {
-                const unsigned slots = p.slots, slot = piece % slots, bytes = unsigned(re - r) * g.K * 2;
+            for (int i = 0; pieceRows(p, s, g, per, cta, i, r, re); ++i, ++piece) {
+                const unsigned slots = p.ring.slots, slot = piece % slots, bytes = unsigned(re - r) * g.K * 2;
                 if (piece >= slots) mbarWait(empty + slot, (piece / slots - 1) & 1);
                 const unsigned char* src = reinterpret_cast<const unsigned char*>(g.W + size_t(r) * g.K);
-                unsigned char* dst = ring + slot * p.slot_bytes;
-                if (p.diagnose >= 2) {
+                unsigned char* dst = ring + slot * p.ring.slot_bytes;
+                if (p.ring.diagnose >= 2) {
                     if (lane == 0)
-                        for (int l = 0; l < (p.lanes_copy ? 32 : 1); ++l) mbarArrive(full + slot);
-                } else if (p.lanes_copy) {
+                        for (int l = 0; l < (p.ring.lanes_copy ? 32 : 1); ++l) mbarArrive(full + slot);
+                } else if (p.ring.lanes_copy) {
                     for (unsigned o = lane * 16; o < bytes; o += 32 * 16)
                         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smemAddress(dst + o)), "l"(src + o) : "memory");
                     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smemAddress(full + slot)) : "memory");
                 } else {
                     mbarExpect(full + slot, bytes);
-                    for (unsigned o = 0; o < bytes; o += p.copy_bytes) bulkCopy(dst + o, src + o, min(bytes - o, unsigned(p.copy_bytes)), full + slot);
+                    for (unsigned o = 0; o < bytes; o += p.ring.copy_bytes) bulkCopy(dst + o, src + o, min(bytes - o, unsigned(p.ring.copy_bytes)), full + slot);
                 }
             }
         }
-        if (p.lanes_copy) asm volatile("cp.async.wait_all;" ::: "memory");
+        if (p.ring.lanes_copy) asm volatile("cp.async.wait_all;" ::: "memory");
         return;
     }
 
@@ -348,20 +353,19 @@ __global__ void __launch_bounds__(kThreads, 1) decodeToken(Params p) {
         consumersSync();
         if (cta == 0 && threadIdx.x == 0) p.detail[2 * s] = now();
         const int per = rowsPerPiece(p, g);
-        const bool contiguous = kind == kOut || kind == kDown;
         float best = -INFINITY, best_row = 0.f;
         int r, re, before = 0;
-        for (int i = 0; pieceRows(p, g, per, contiguous, cta, i, r, re); ++i, ++piece) {
-            const unsigned slot = piece % unsigned(p.slots);
+        for (int i = 0; pieceRows(p, s, g, per, cta, i, r, re); ++i, ++piece) {
+            const unsigned slot = piece % unsigned(p.ring.slots);
             const int rows = re - r, tasks = (rows + 3) / 4;
-            mbarWait(full + slot, (piece / unsigned(p.slots)) & 1);
-            const __half* W = reinterpret_cast<const __half*>(ring + slot * p.slot_bytes);
+            mbarWait(full + slot, (piece / unsigned(p.ring.slots)) & 1);
+            const __half* W = reinterpret_cast<const __half*>(ring + slot * p.ring.slot_bytes);
             // Tasks of 4 rows go to warps in turn across the step, not from warp 0 in each piece:
             // with a task or two per piece, all warps then work on different pieces at once.
             for (int task = (warp - before % kConsumerWarps + kConsumerWarps) % kConsumerWarps; task < tasks; task += kConsumerWarps) {
                 const int n0 = 4 * task, n = min(4, rows - n0);
                 float y[4] = {0.f, 0.f, 0.f, 0.f};
-                if (p.diagnose != 1 && p.diagnose != 3) dotRows(W + size_t(n0) * g.K, g.K, n, xh, lane, y);
+                if (p.ring.diagnose != 1 && p.ring.diagnose != 3) dotRows(W + size_t(n0) * g.K, g.K, n, xh, lane, y);
 #pragma unroll
                 for (int j = 0; j < 4; ++j) y[j] = warpSum(y[j]);
                 if (lane == 0)
@@ -404,11 +408,6 @@ struct Run {
     double input_us[7], rows_us[7];  // of which: the input loaded, then the rows done
     double ms_per_token, span_us, limit_ms;
     bool correct;
-    float max_error;
-};
-
-struct Ring {
-    int slots, slot_bytes, copy_bytes, lanes_copy, striped, diagnose;
 };
 
 static Run runModel(const Model& m, int ctx, int sms, double gbs, int tokens, Ring ring) {
@@ -438,7 +437,7 @@ static Run runModel(const Model& m, int ctx, int sms, double gbs, int tokens, Ri
     p.m = m;
     p.ctx = ctx;
     p.ctas = sms;
-    p.slots = ring.slots, p.slot_bytes = ring.slot_bytes, p.copy_bytes = ring.copy_bytes, p.lanes_copy = ring.lanes_copy, p.striped = ring.striped, p.diagnose = ring.diagnose;
+    p.ring = ring;
     p.splits = std::min(8, std::max(1, sms / m.heads));
     while (ctx / p.splits + 1 > kMaxPositions + 1 || ctx % p.splits) ++p.splits;
     if (m.heads * p.splits > sms) {
@@ -462,8 +461,8 @@ static Run runModel(const Model& m, int ctx, int sms, double gbs, int tokens, Ri
     p.token = static_cast<int*>(alloc(4));
     const int steps = m.layers * kStepsPerLayer + 2;
     p.span = static_cast<unsigned long long*>(alloc(16));
-    p.stamps = static_cast<unsigned long long*>(alloc((steps + 1) * 8));
-    CHECK(cudaMemset(p.stamps, 0, (steps + 1) * 8));
+    p.stamps = static_cast<unsigned long long*>(alloc(steps * 8));
+    CHECK(cudaMemset(p.stamps, 0, steps * 8));
     p.detail = static_cast<unsigned long long*>(alloc(2 * steps * 8));
 
     std::vector<float> start(m.H);
@@ -497,7 +496,7 @@ static Run runModel(const Model& m, int ctx, int sms, double gbs, int tokens, Ri
     CHECK(cudaMemcpy(logits.data(), ref_y, m.vocab * 4, cudaMemcpyDeviceToHost));
     const int ref_token = int(std::max_element(logits.begin(), logits.end()) - logits.begin());
 
-    const size_t smem = size_t(p.slots) * p.slot_bytes + 2 * kMaxSlots * 8 + kMaxK * 6 + kScratch * 4 + 2 * (kMaxPositions + 1) * kHeadDim * 2 + 64 * 4;
+    const size_t smem = size_t(p.ring.slots) * p.ring.slot_bytes + 2 * kMaxSlots * 8 + kMaxK * 6 + kScratch * 4 + 2 * (kMaxPositions + 1) * kHeadDim * 2 + 64 * 4;
     CHECK(cudaFuncSetAttribute(decodeToken, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     int per_sm = 0;
     CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decodeToken, kThreads, smem));
@@ -550,7 +549,7 @@ static Run runModel(const Model& m, int ctx, int sms, double gbs, int tokens, Ri
     for (int i = 0; i < 5; ++i) launch(false);
     std::vector<double> spans, step_sum(7, 0.0);
     std::vector<int> step_count(7, 0);
-    std::vector<unsigned long long> st(steps + 1), dt(2 * steps);
+    std::vector<unsigned long long> st(steps), dt(2 * steps);
     std::vector<double> input_sum(7, 0.0), rows_sum(7, 0.0);
     for (int i = 0; i < tokens; ++i) {
         CHECK(cudaMemsetAsync(p.detail, 0, 2 * steps * 8));
@@ -575,7 +574,7 @@ static Run runModel(const Model& m, int ctx, int sms, double gbs, int tokens, Ri
     float ms;
     CHECK(cudaEventElapsedTime(&ms, a, b));
     Run r{};
-    r.ms_per_token = ms / tokens, r.span_us = median(spans), r.limit_ms = m.weightBytes() / (gbs * 1e9) * 1e3, r.correct = correct, r.max_error = max_error;
+    r.ms_per_token = ms / tokens, r.span_us = median(spans), r.limit_ms = m.weightBytes() / (gbs * 1e9) * 1e3, r.correct = correct;
     for (int k = 0; k < 7; ++k) {
         r.step_us[k] = step_count[k] ? step_sum[k] / step_count[k] : 0.0;
         r.input_us[k] = step_count[k] ? input_sum[k] / step_count[k] : 0.0;

@@ -57,10 +57,13 @@ __device__ __forceinline__ void storeWord(Word* a, float v, unsigned flag) {
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(a), "l"(w) : "memory");
 }
 __device__ __forceinline__ float valueOf(Word w) { return __uint_as_float(unsigned(w)); }
-// The value at a once it carries flag (spins until then).
-__device__ __forceinline__ float awaitWord(const Word* a, unsigned flag) {
+// The value at a once it carries flag (spins until then; sleep_ns > 0: sleeps between polls).
+__device__ __forceinline__ float awaitWord(const Word* a, unsigned flag, int sleep_ns = 0) {
     Word w = loadWord(a);
-    while (unsigned(w >> 32) != flag) w = loadWord(a);
+    while (unsigned(w >> 32) != flag) {
+        if (sleep_ns > 0) __nanosleep(sleep_ns);
+        w = loadWord(a);
+    }
     return valueOf(w);
 }
 

@@ -20,14 +20,7 @@ __global__ void __launch_bounds__(kHandOffThreads, 1) handOff(Word* a, Word* b, 
         Word* in = s % 2 ? b : a;
         Word* out = s % 2 ? a : b;
         const unsigned flag = base + unsigned(s);
-        for (int j = threadIdx.x; j < n; j += kHandOffThreads) {
-            Word w = loadWord(in + j);
-            while (unsigned(w >> 32) != flag) {
-                if (sleep_ns > 0) __nanosleep(sleep_ns);
-                w = loadWord(in + j);
-            }
-            v[j] = valueOf(w);
-        }
+        for (int j = threadIdx.x; j < n; j += kHandOffThreads) v[j] = awaitWord(in + j, flag, sleep_ns);
         __syncthreads();
         for (int r = r0 + threadIdx.x; r < r1; r += kHandOffThreads) storeWord(out + r, v[r] + 1.f, base + unsigned(s) + 1u);
     }
