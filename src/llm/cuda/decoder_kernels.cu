@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "llm/cuda/argmax_key.h"
 #include "llm/cuda/decoder_device.cuh"
@@ -441,15 +442,26 @@ void launchSmallGemmPairs(int rows, int N, int K, const __half* W, const SmallGe
     else launchSmallGemmRows<4, P, kHalf>(rows, N, K, W, in, out, next_weights, sms, s);
 }
 
+// f(std::integral_constant<int, half>{}) for smallGemmKernel's kHalf = half (0-3).
+constexpr int kHalfProductModes = 4;
+template <typename F>
+auto withHalfProducts(int half, F&& f) {
+    if (half == 0) return f(std::integral_constant<int, 0>{});
+    if (half == 1) return f(std::integral_constant<int, 1>{});
+    if (half == 2) return f(std::integral_constant<int, 2>{});
+    return f(std::integral_constant<int, 3>{});
+}
+
 template <int P>
 bool allowSmallGemmSmem(int bytes) {
     auto allow = [&](auto kernel) { return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess; };
-    auto allowRows = [&](auto half) {
-        constexpr int h = decltype(half)::value;
-        return allow(smallGemmKernel<1, P, h>) && allow(smallGemmKernel<2, P, h>) && allow(smallGemmKernel<4, P, h>);
-    };
-    return allowRows(std::integral_constant<int, 0>{}) && allowRows(std::integral_constant<int, 1>{}) && allowRows(std::integral_constant<int, 2>{}) &&
-           allowRows(std::integral_constant<int, 3>{});
+    bool ok = true;
+    for (int half = 0; half < kHalfProductModes; ++half)
+        ok = ok && withHalfProducts(half, [&](auto h) {
+                 constexpr int kHalf = decltype(h)::value;
+                 return allow(smallGemmKernel<1, P, kHalf>) && allow(smallGemmKernel<2, P, kHalf>) && allow(smallGemmKernel<4, P, kHalf>);
+             });
+    return ok;
 }
 
 }  // namespace
@@ -509,17 +521,13 @@ void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInp
     // Llama-1.1B, 2 interleaved rounds, 0.742-0.749 ms/token against 0.758-0.775 with 8 per
     // sum and 0.745-0.754 with a chunk's (GPT-2 within noise). KILN_LLM_GEMV_HALF_PRODUCTS
     // picks another: 0 f32 products, 1 eight per f16 sum, 3 a chunk's.
-    static const int half = std::clamp(decoderKnob("GEMV_HALF_PRODUCTS", 2), 0, 3);
+    static const int half = std::clamp(decoderKnob("GEMV_HALF_PRODUCTS", 2), 0, kHalfProductModes - 1);
     const bool pairs = out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv || rowPairs(N, K, sms);
-    auto run = [&](auto h) {
+    withHalfProducts(half, [&](auto h) {
         constexpr int kHalf = decltype(h)::value;
         pairs ? launchSmallGemmPairs<2, kHalf>(rows, N, K, W, in, out, next_weights, sms, s)
               : launchSmallGemmPairs<1, kHalf>(rows, N, K, W, in, out, next_weights, sms, s);
-    };
-    if (half == 0) run(std::integral_constant<int, 0>{});
-    else if (half == 1) run(std::integral_constant<int, 1>{});
-    else if (half == 2) run(std::integral_constant<int, 2>{});
-    else run(std::integral_constant<int, 3>{});
+    });
 }
 
 void launchArgmax(int rows, int n, const float* x, int32_t* ids, cudaStream_t s) {
