@@ -3,6 +3,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <cstring>
+#include <queue>
 #include <sstream>
 
 #include "ir/error.h"
@@ -80,6 +81,9 @@ BpeTokenizer BpeTokenizer::parse(const std::string& json_text, const std::string
         t.byte_to_char_[b] = utf8(printable ? static_cast<uint32_t>(b) : next++);
         t.char_to_byte_[t.byte_to_char_[b]] = static_cast<unsigned char>(b);
     }
+    // Each character of a piece stands for one byte (pieces outside the byte alphabet for
+    // at most their own bytes), and added tokens for their content.
+    for (const auto& piece : t.id_to_token_) t.max_token_bytes_ = std::max(t.max_token_bytes_, piece.size());
     return t;
 }
 
@@ -128,24 +132,47 @@ std::vector<std::string> BpeTokenizer::splitWords(const std::string& text) const
     return words;
 }
 
+// Merges by rank as Hugging Face's BPE does (lowest rank first, leftmost among equals),
+// through a heap of candidate pairs, so that a long word costs O(n log n), not O(n^2).
 std::vector<int64_t> BpeTokenizer::encodeWord(const std::string& word) const {
-    std::vector<std::string> parts;
-    for (unsigned char b : word) parts.push_back(byte_to_char_[b]);
-    while (parts.size() > 1) {
-        int64_t best = -1;
-        size_t at = 0;
-        for (size_t k = 0; k + 1 < parts.size(); ++k) {
-            auto it = ranks_.find({parts[k], parts[k + 1]});
-            if (it != ranks_.end() && (best < 0 || it->second < best)) best = it->second, at = k;
-        }
-        if (best < 0) break;
-        parts[at] += parts[at + 1];
-        parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+    struct Symbol {
+        std::string text;
+        int64_t prev, next;
+        bool alive = true;
+    };
+    std::vector<Symbol> sym;
+    for (size_t k = 0; k < word.size(); ++k)
+        sym.push_back({byte_to_char_[static_cast<unsigned char>(word[k])], static_cast<int64_t>(k) - 1, k + 1 < word.size() ? static_cast<int64_t>(k) + 1 : -1});
+    struct Candidate {
+        int64_t rank, left, right;
+        size_t left_size, right_size;  // the pair as it was when queued; a later merge changes a size
+        bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+    };
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+    auto push = [&](int64_t left) {
+        if (left < 0 || sym[left].next < 0) return;
+        const int64_t right = sym[left].next;
+        auto it = ranks_.find({sym[left].text, sym[right].text});
+        if (it != ranks_.end()) heap.push({it->second, left, right, sym[left].text.size(), sym[right].text.size()});
+    };
+    for (int64_t k = 0; k + 1 < static_cast<int64_t>(sym.size()); ++k) push(k);
+    while (!heap.empty()) {
+        const Candidate c = heap.top();
+        heap.pop();
+        Symbol& l = sym[c.left];
+        if (!l.alive || l.next != c.right || l.text.size() != c.left_size || sym[c.right].text.size() != c.right_size) continue;  // stale
+        Symbol& r = sym[c.right];
+        l.text += r.text;
+        r.alive = false;
+        l.next = r.next;
+        if (r.next >= 0) sym[r.next].prev = c.left;
+        push(l.prev);
+        push(c.left);
     }
     std::vector<int64_t> ids;
-    for (const auto& p : parts) {
-        auto it = vocab_.find(p);
-        check(it != vocab_.end(), "tokenizer: no id for piece '" + p + "' (incomplete byte alphabet in the vocabulary?)");
+    for (int64_t k = sym.empty() ? -1 : 0; k >= 0; k = sym[k].next) {
+        auto it = vocab_.find(sym[k].text);
+        check(it != vocab_.end(), "tokenizer: no id for piece '" + sym[k].text + "' (incomplete byte alphabet in the vocabulary?)");
         ids.push_back(it->second);
     }
     return ids;
@@ -178,7 +205,10 @@ std::vector<int64_t> BpeTokenizer::encode(const std::string& text) const {
 std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
     std::string out;
     for (int64_t id : ids) {
-        check(id >= 0 && id < vocabSize(), "tokenizer: id " + std::to_string(id) + " outside the vocabulary");
+        if (id < 0 || id >= vocabSize()) {  // a model may have more rows than its tokenizer has pieces
+            out += "\xEF\xBF\xBD";
+            continue;
+        }
         bool special = false;
         for (const auto& [content, sid] : added_)
             if (sid == id) out += content, special = true;

@@ -19,6 +19,7 @@ public:
     std::vector<int64_t> encode(const std::string& text) const override;
     std::string decode(const std::vector<int64_t>& ids) const override;
     int64_t vocabSize() const override { return static_cast<int64_t>(id_to_token_.size()); }
+    size_t maxTokenBytes() const override { return max_token_bytes_; }
 
 private:
     std::vector<std::string> splitWords(const std::string& text) const;
@@ -29,6 +30,7 @@ private:
     std::vector<std::pair<std::string, int64_t>> added_;  // special tokens matched verbatim
     std::string byte_to_char_[256];
     std::unordered_map<std::string, unsigned char> char_to_byte_;
+    size_t max_token_bytes_ = 1;
 };
 
 }  // namespace kiln::llm

@@ -104,6 +104,7 @@ void LlmEngine::loop() {
             (rs.finished == FinishReason::Cancelled ? cancelled : finished) += 1;
             {
                 std::lock_guard<std::mutex> lock(it->second->mutex);
+                if (!rs.error.empty()) it->second->error = rs.error;
                 it->second->finished = rs.finished;
                 it->second->changed.notify_all();
             }

@@ -17,13 +17,22 @@ int64_t Scheduler::add(Request r) {
     for (int64_t t : r.prompt)  // checked here so one bad request never fails a batch
         check(t >= 0 && t < model_.config().vocab, "token id " + std::to_string(t) + " outside the vocabulary of " + std::to_string(model_.config().vocab));
     Sampler sampler(r.sampling);  // validates the sampling parameters now, not mid-batch
+    const int64_t kv_tokens = options_.num_blocks * options_.block_size;
+    const int64_t limit = std::min(model_.config().max_positions, kv_tokens);
+    const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+    // A sequence that could outgrow the whole KV cache would fail every step it runs in:
+    // refused here, alone. The last token generated is never fed back, so needs no slot.
+    const int64_t needed = prompt + std::min(r.max_tokens, std::max<int64_t>(0, model_.config().max_positions - prompt)) - 1;
+    check(prompt >= limit || needed <= kv_tokens, [&] {
+        return "the request needs " + std::to_string(needed) + " tokens of KV cache and the whole cache holds " + std::to_string(kv_tokens) +
+               " (num_blocks x block_size): lower max_tokens or raise num_blocks";
+    });
     const int64_t id = next_id_++;
     RequestState& s = states_[id];
     s.id = id;
     s.sampler = sampler;
     s.request = std::move(r);
-    const int64_t limit = std::min(model_.config().max_positions, options_.num_blocks * options_.block_size);
-    if (static_cast<int64_t>(s.request.prompt.size()) >= limit) s.finished = FinishReason::ContextLength;
+    if (prompt >= limit) s.finished = FinishReason::ContextLength;
     else if (s.request.max_tokens == 0) s.finished = FinishReason::Length;
     else waiting_.push_back(id);
     return id;
@@ -90,7 +99,13 @@ bool Scheduler::step(StepStats* stats) {
             ++w;
             continue;
         }
-        if (running_.size() == 1) throw Error("KV cache too small for one sequence: raise num_blocks");
+        if (running_.size() == 1) {  // alone and still too large: this request fails, no other
+            states_.at(running_[0].id).error = "the KV cache is too small for this sequence: raise num_blocks";
+            finish(running_[0], FinishReason::Cancelled);
+            running_.clear();
+            work.clear();
+            break;
+        }
         const size_t newest = running_.size() - 1;
         preemptNewest();  // its blocks, this step's included, go back to the pool
         ++st.preempted;
@@ -98,6 +113,10 @@ bool Scheduler::step(StepStats* stats) {
         const size_t before = static_cast<size_t>(std::count_if(work.begin(), work.begin() + static_cast<std::ptrdiff_t>(w), of_newest));
         work.erase(std::remove_if(work.begin(), work.end(), of_newest), work.end());
         w -= before;
+    }
+    if (work.empty()) {  // the one sequence failed
+        if (stats) *stats = st;
+        return true;
     }
     std::vector<SequenceChunk> chunks;
     for (auto [i, n] : work) chunks.push_back({running_[i].seq, std::span<const int64_t>(running_[i].tokens).subspan(running_[i].computed, n)});

@@ -31,6 +31,7 @@ struct RequestState {
     std::vector<int64_t> output;  // generated tokens
     FinishReason finished = FinishReason::None;
     int64_t preemptions = 0;
+    std::string error;  // why it ended, when it failed (finished is then Cancelled)
     Sampler sampler{SamplingParams{}};  // kept across preemption: seeded draws continue where they were
 };
 

@@ -329,7 +329,11 @@ std::string SentencePieceTokenizer::decode(const std::vector<int64_t>& ids) cons
     std::string out;
     bool first = true;
     for (int64_t id : ids) {
-        check(id >= 0 && id < vocabSize(), "token id " + std::to_string(id) + " outside the vocabulary of " + std::to_string(vocabSize()));
+        if (id < 0 || id >= vocabSize()) {  // a model may have more rows than its tokenizer has pieces
+            out += "\xEF\xBF\xBD";
+            first = false;
+            continue;
+        }
         const Piece& p = pieces_[id];
         if (p.type == PieceType::Control) continue;
         if (p.byte >= 0 && byte_piece_[p.byte] == id) {

@@ -13,8 +13,13 @@ class Tokenizer {
 public:
     virtual ~Tokenizer() = default;
     virtual std::vector<int64_t> encode(const std::string& text) const = 0;
+    // The bytes the ids stand for; they need not be valid UTF-8 (a token may hold part of a
+    // character: see detokenizer.h). Ids the tokenizer has no piece for decode as U+FFFD.
     virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
     virtual int64_t vocabSize() const = 0;
+    // The most text bytes one token can stand for (0: no bound), so that a prompt too long
+    // for the context can be refused before tokenizing it.
+    virtual size_t maxTokenBytes() const { return 0; }
 };
 
 // The tokenizer of a Hugging Face model folder: tokenizer.json (byte-level BPE) when

@@ -86,7 +86,7 @@ void execute(BenchOptions& o) {
                     {"weight_bytes", st.weight_bytes}, {"scratch_bytes", st.scratch_bytes}, {"cpu_nodes", st.cpu_nodes}};
     }
     if (o.json) {
-        std::cout << j.dump(2) << "\n";
+        std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         return;
     }
     const auto& l = j["latency_ms"];

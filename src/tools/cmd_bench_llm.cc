@@ -104,7 +104,7 @@ void execute(BenchLlmOptions& o) {
                         {"e2e_ms", summary(e2e)},
                         {"kv_cache", {{"max_blocks_used", max_blocks}, {"blocks_total", o.scheduler.num_blocks}, {"max_utilization", max_util}}}};
     if (o.json) {
-        std::cout << j.dump(2) << "\n";
+        std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         return;
     }
     std::printf("%lld requests in %.2f s: %.2f requests/s, %.1f output tokens/s\n", static_cast<long long>(o.requests), total_s,

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "llm/bpe_tokenizer.h"
+#include "llm/detokenizer.h"
 #include "llm/scheduler.h"
 #include "tools/commands.h"
 #include "tools/llm_common.h"
@@ -36,10 +36,11 @@ void execute(GenerateOptions& o) {
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     std::vector<double> token_times;
+    llm::IncrementalDetokenizer text(m.tokenizer.get());
     sched.on_token = [&](int64_t, int64_t token) {
         token_times.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
         if (!o.json && m.tokenizer) {
-            std::cout << m.tokenizer->decode({token}) << std::flush;
+            std::cout << text.add(std::vector<int64_t>{token}) << std::flush;
         } else if (!o.json) {
             std::cout << token << " " << std::flush;
         }
@@ -54,10 +55,10 @@ void execute(GenerateOptions& o) {
         nlohmann::json j = {{"prompt_tokens", o.request.prompt.size()}, {"output_tokens", s.output}, {"finish_reason", reasons[static_cast<int>(s.finished)]},
                             {"ttft_ms", token_times.empty() ? 0.0 : token_times.front()}, {"tpot_ms", tpot},
                             {"output_tokens_per_s", total > 0 ? 1000.0 * static_cast<double>(s.output.size()) / total : 0.0}};
-        if (m.tokenizer) j["text"] = m.tokenizer->decode(s.output);
-        std::cout << j.dump(2) << "\n";
+        if (m.tokenizer) j["text"] = llm::decodeText(m.tokenizer.get(), s.output);
+        std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
-        std::cout << "\n";
+        std::cout << text.finish() << "\n";
         std::fprintf(stderr, "%zu prompt + %zu generated tokens, finish: %s, first token %.1f ms, %.2f ms/token\n", o.request.prompt.size(), s.output.size(),
                      reasons[static_cast<int>(s.finished)], token_times.empty() ? 0.0 : token_times.front(), tpot);
     }

@@ -41,7 +41,7 @@ void addInspectCommand(CLI::App& app) {
                                    {"tactic", t == e.tactics.end() ? "-" : t->second}, {"precision", precisionOf(e.graph, n)}});
         }
         if (*json) {
-            std::cout << j.dump(2) << "\n";
+            std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
             return;
         }
         std::cout << "engine       " << *path << "\nformat       v" << kEngineFormatVersion << ", built by kiln " << e.kiln_version << "\ntarget       " << e.target

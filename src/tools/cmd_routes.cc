@@ -35,7 +35,7 @@ void listSpace(const RoutesOptions& o) {
             j.push_back({{"name", p.name}, {"values", p.values}, {"default", p.default_value}, {"owner", p.owner}, {"description", p.description},
                          {"affects_model", affects.count(p.name) != 0}});
     if (o.json) {
-        std::cout << nlohmann::json{{"model", o.model}, {"parameters", j}}.dump(2) << "\n";
+        std::cout << nlohmann::json{{"model", o.model}, {"parameters", j}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         return;
     }
     std::printf("%-26s %-20s %-8s %-8s %s\n", "parameter", "values", "default", "affects", "description");
@@ -51,7 +51,7 @@ void listRoutes(const RoutesOptions& o) {
     if (o.json) {
         nlohmann::json routes = nlohmann::json::array();
         for (const auto& route : r.routes) routes.push_back({{"hash", route.hash()}, {"changes", route.changesText(Builder::space())}, {"route", route.text()}});
-        std::cout << nlohmann::json{{"expression", o.expr}, {"count", r.routes.size()}, {"generated", r.generated}, {"routes", routes}}.dump(2) << "\n";
+        std::cout << nlohmann::json{{"expression", o.expr}, {"count", r.routes.size()}, {"generated", r.generated}, {"routes", routes}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         return;
     }
     for (size_t i = 0; i < r.routes.size(); ++i) std::printf("%4zu  %s  %s\n", i + 1, r.routes[i].hash().c_str(), r.routes[i].changesText(Builder::space()).c_str());

@@ -48,7 +48,7 @@ void execute(RunOptions& o) {
         for (size_t i = 0; i < outputs.size(); ++i)
             j["outputs"].push_back({{"name", g.outputs[i].name}, {"dtype", dtypeName(outputs[i].dtype())}, {"shape", outputs[i].dims()}});
         if (!errors.empty()) j["errors"] = errors;
-        std::cout << j.dump(2) << "\n";
+        std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else {
         std::cout << summarizeOutputs(g, outputs);
         for (const auto& e : errors)

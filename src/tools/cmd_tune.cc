@@ -85,7 +85,7 @@ void execute(TuneCommand& c) {
         std::cout << nlohmann::json{{"expression", r.expression}, {"strategy", r.strategy}, {"best_gain", r.best_gain}, {"golden", r.golden_source}, {"candidates", r.candidates.size()}, {"from_cache", r.from_cache},
                                     {"outcomes", outcomes}, {"best_route", r.best_route}, {"best_changes", best_changes}, {"speedup_over_default", r.speedup},
                                     {"significant", r.significant}}
-                         .dump(2)
+                         .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
                   << "\n";
         return;
     }

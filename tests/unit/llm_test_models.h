@@ -2,6 +2,9 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <map>
 #include <random>
 #include <span>
@@ -10,6 +13,7 @@
 
 #include "ir/tensor.h"
 #include "llm/decoder_config.h"
+#include "llm/safetensors.h"
 #include "llm/scheduler.h"
 
 namespace kiln::llm::testing {
@@ -99,6 +103,36 @@ inline std::vector<std::vector<int64_t>> greedyThroughScheduler(const LanguageMo
     std::vector<std::vector<int64_t>> out;
     for (int64_t id : ids) out.push_back(s.state(id).output);
     return out;
+}
+
+// A model folder (config.json, model.safetensors) in the temp folder, for the CLI and server.
+inline std::filesystem::path writeModel(const DecoderConfig& c, const Weights& w, const std::string& name) {
+    std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kiln_llm_" + name + "_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / "config.json") << (c.family == Family::Gpt2
+        ? R"({"model_type": "gpt2", "n_embd": 16, "n_layer": 2, "n_head": 4, "n_positions": 64, "vocab_size": 37, "n_inner": 24})"
+        : R"({"model_type": "llama", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "intermediate_size": 24, "max_position_embeddings": 64, "vocab_size": 37, "rms_norm_eps": 1e-5, "tie_word_embeddings": false})");
+    writeSafetensors(dir / "model.safetensors", w);
+    return dir;
+}
+
+// GPT-2's printable byte alphabet: the character byte-level BPE vocabularies use for byte b.
+inline std::string byteChar(int b) {
+    static std::vector<std::string> table = [] {
+        std::vector<std::string> t(256);
+        int next = 256;
+        for (int x = 0; x < 256; ++x) {
+            const bool printable = (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255);
+            const int cp = printable ? x : next++;
+            std::string s;
+            if (cp < 0x80) s += static_cast<char>(cp);
+            else s += static_cast<char>(0xC0 | (cp >> 6)), s += static_cast<char>(0x80 | (cp & 0x3F));
+            t[x] = s;
+        }
+        return t;
+    }();
+    return table[b];
 }
 
 }  // namespace kiln::llm::testing

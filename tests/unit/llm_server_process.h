@@ -1,0 +1,47 @@
+// `kiln serve` as a child process on loopback, for the server tests: started with
+// --port 0, it prints the port it took; SIGTERM ends it when the test is done.
+#pragma once
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace kiln::testing {
+
+struct ServerProcess {
+    pid_t pid = -1;
+    int port = 0;
+    ServerProcess(const std::filesystem::path& dir, const std::string& extra) {
+        int fds[2];
+        EXPECT_EQ(pipe(fds), 0);
+        pid = fork();
+        if (pid == 0) {
+            dup2(fds[1], 1);
+            close(fds[0]);
+            const std::string cmd = std::string(KILN_BIN) + " serve " + dir.string() + " --port 0 " + extra;
+            execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), nullptr);
+            _exit(127);
+        }
+        close(fds[1]);
+        std::string line;
+        char c;
+        while (read(fds[0], &c, 1) == 1 && c != '\n') line += c;  // "kiln serve: NAME on http://127.0.0.1:PORT"
+        close(fds[0]);
+        const size_t colon = line.rfind(':');
+        port = colon == std::string::npos ? 0 : std::atoi(line.c_str() + colon + 1);
+    }
+    ~ServerProcess() {
+        if (pid > 0) {
+            kill(pid, SIGTERM);
+            int status = 0;
+            waitpid(pid, &status, 0);
+        }
+    }
+};
+
+}  // namespace kiln::testing

@@ -1,0 +1,331 @@
+// Text that leaves Kiln is valid UTF-8 whatever the tokens, and `kiln serve` survives bad,
+// oversized, slow and abandoned requests (issues: reliability; OpenAI server item 1).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "llm/bpe_tokenizer.h"
+#include "llm/detokenizer.h"
+#include "llm/utf8.h"
+#include "llm_server_process.h"
+#include "llm_test_models.h"
+#include "test_helpers.h"
+
+using namespace kiln;
+using namespace kiln::llm;
+using namespace kiln::llm::testing;
+using kiln::testing::ServerProcess;
+using nlohmann::json;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kFffd = "\xEF\xBF\xBD";
+
+bool validUtf8(const std::string& s) { return sanitizeUtf8(s) == s; }
+
+// The 37 bytes of the tiny model's vocabulary (one token each): letters, ' ', ':', '\\n' and the
+// bytes of 😀 (4), 中 (3) and é (2) split over tokens, and 0xFF, which is never valid.
+std::vector<int> vocabularyBytes() {
+    std::vector<int> bytes;
+    for (int c = 'a'; c <= 'x'; ++c) bytes.push_back(c);
+    for (int b : {0xF0, 0x9F, 0x98, 0x80, 0xE4, 0xB8, 0xAD, 0xC3, 0xA9, 0xFF, int(' '), int(':'), int('\n')}) bytes.push_back(b);
+    return bytes;
+}
+
+std::string tokenizerJson() {
+    json vocab = json::object();
+    const auto bytes = vocabularyBytes();
+    for (size_t i = 0; i < bytes.size(); ++i) vocab[byteChar(bytes[i])] = i;
+    return json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}}}.dump();
+}
+
+}  // namespace
+
+TEST(Utf8, MaximalSubpartsAndHeldBackTails) {
+    EXPECT_EQ(sanitizeUtf8("plain é 中 😀"), "plain é 中 😀");
+    EXPECT_EQ(sanitizeUtf8("\xE2\x82"), kFffd);                        // one truncated character
+    EXPECT_EQ(sanitizeUtf8("\xC0\x80"), kFffd + kFffd);                // overlong: two bytes, two marks
+    EXPECT_EQ(sanitizeUtf8("\xED\xA0\x80"), kFffd + kFffd + kFffd);    // a surrogate (Python gives the same)
+    EXPECT_EQ(sanitizeUtf8("\xF0\x9F\x98" "A"), kFffd + "A");          // cut short by a wrong byte
+    EXPECT_EQ(sanitizeUtf8("\xF4\x90\x80\x80"), kFffd + kFffd + kFffd + kFffd);  // past U+10FFFF
+    EXPECT_EQ(sanitizeUtf8("a\xFF" "b"), "a" + kFffd + "b");
+    EXPECT_EQ(completeUtf8Prefix("ab\xF0\x9F\x98"), 2u);  // a tail that may still complete
+    EXPECT_EQ(completeUtf8Prefix("ab\xF0\x9F\x98\x80"), 6u);
+    EXPECT_EQ(completeUtf8Prefix("ab\xFF"), 3u);  // invalid, never completes: not held back
+    EXPECT_EQ(completeUtf8Prefix("\xE4\xB8" "x"), 3u);
+    EXPECT_EQ(completeUtf8Prefix(""), 0u);
+}
+
+// Random token streams over a vocabulary of split characters: every piece handed out is
+// valid UTF-8, and together they are the whole text with invalid bytes marked.
+TEST(Detokenizer, StreamedPiecesAreWholeCharactersOfTheText) {
+    const BpeTokenizer tok = BpeTokenizer::parse(tokenizerJson(), "tokenizer.json");
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int64_t> id(24, 33);  // mostly the split characters
+    for (int trial = 0; trial < 300; ++trial) {
+        std::vector<int64_t> tokens;
+        IncrementalDetokenizer d(&tok);
+        std::string streamed;
+        for (int step = 0; step < 12; ++step) {
+            std::vector<int64_t> fresh(1 + rng() % 3);
+            for (auto& t : fresh) t = rng() % 4 == 0 ? int64_t(rng() % 24) : id(rng);
+            tokens.insert(tokens.end(), fresh.begin(), fresh.end());
+            const std::string piece = d.add(fresh);
+            ASSERT_TRUE(validUtf8(piece)) << "trial " << trial;
+            streamed += piece;
+        }
+        const std::string rest = d.finish();
+        ASSERT_TRUE(validUtf8(rest));
+        EXPECT_EQ(streamed + rest, sanitizeUtf8(tok.decode(tokens))) << "trial " << trial;
+        EXPECT_EQ(decodeText(&tok, tokens), sanitizeUtf8(tok.decode(tokens)));
+    }
+    IncrementalDetokenizer d(&tok);
+    const std::vector<int64_t> emoji = {24, 25, 26};  // the first three bytes of 😀
+    EXPECT_EQ(d.add(emoji), "") << "an incomplete character is held back";
+    EXPECT_EQ(d.add(std::vector<int64_t>{27}), "😀");
+    EXPECT_EQ(d.add(std::vector<int64_t>{24, 25}), "");
+    EXPECT_EQ(d.finish(), kFffd) << "a character never completed ends as U+FFFD";
+    EXPECT_EQ(IncrementalDetokenizer(nullptr).add(emoji), "");
+}
+
+// The heap-based merge gives the plain O(n^2) loop's pieces (lowest rank, leftmost first).
+TEST(BpeTokenizer, HeapMergesEqualTheRankLoop) {
+    std::mt19937 rng(11);
+    json vocab = json::object();
+    std::vector<std::string> pieces;
+    for (int b = 0; b < 256; ++b) vocab[byteChar(b)] = b, pieces.push_back(byteChar(b));
+    std::vector<std::string> merges;
+    std::vector<std::pair<std::string, std::string>> pairs;
+    for (int m = 0; m < 60; ++m) {  // merges over the letters a-d and what earlier merges made
+        const std::string a = pieces[m < 12 ? 'a' + rng() % 4 : 256 + rng() % (pieces.size() - 256)];
+        const std::string b = pieces[m < 12 ? 'a' + rng() % 4 : ('a' + rng() % 4)];
+        if (vocab.contains(a + b)) continue;
+        merges.push_back(a + " " + b);
+        pairs.emplace_back(a, b);
+        vocab[a + b] = static_cast<int64_t>(pieces.size());
+        pieces.push_back(a + b);
+    }
+    const BpeTokenizer tok = BpeTokenizer::parse(json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}}.dump(), "t.json");
+    auto reference = [&](const std::string& word) {
+        std::vector<std::string> parts;
+        for (char c : word) parts.push_back(std::string(1, c));
+        for (;;) {
+            size_t best = pairs.size(), at = 0;
+            for (size_t k = 0; k + 1 < parts.size(); ++k)
+                for (size_t r = 0; r < best; ++r)
+                    if (pairs[r].first == parts[k] && pairs[r].second == parts[k + 1]) best = r, at = k;
+            if (best == pairs.size()) break;
+            parts[at] += parts[at + 1];
+            parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+        }
+        std::vector<int64_t> ids;
+        for (const auto& p : parts) ids.push_back(vocab[p].get<int64_t>());
+        return ids;
+    };
+    for (int trial = 0; trial < 400; ++trial) {
+        std::string word(1 + rng() % 40, 'a');
+        for (char& c : word) c = static_cast<char>('a' + rng() % 4);
+        EXPECT_EQ(tok.encode(word), reference(word)) << word;
+    }
+    const std::string long_word(64 << 10, 'a');  // was quadratic: seconds for 32 KB
+    EXPECT_EQ(tok.decode(tok.encode(long_word)), long_word);
+}
+
+class ServerReliability : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        DecoderConfig c = tinyConfig(Family::Gpt2);
+        dir_ = new fs::path(writeModel(c, randomWeights(c, 23, 0.6f), "serve_reliability"));
+        std::ofstream(*dir_ / "tokenizer.json") << tokenizerJson();
+    }
+    static void TearDownTestSuite() {
+        fs::remove_all(*dir_);
+        delete dir_;
+    }
+    static fs::path* dir_;
+};
+fs::path* ServerReliability::dir_ = nullptr;
+
+// Random prompts stream tokens that split characters: every event parses as JSON (so holds
+// valid UTF-8), and the streamed text adds up to the completion's text.
+TEST_F(ServerReliability, SplitCharactersStreamAsValidUtf8) {
+    ServerProcess server(*dir_, "--num-blocks 32 --block-size 4");
+    ASSERT_GT(server.port, 0);
+    const BpeTokenizer tok = BpeTokenizer::parse(tokenizerJson(), "tokenizer.json");
+    httplib::Client cli("127.0.0.1", server.port);
+    cli.set_read_timeout(30, 0);
+    std::mt19937 rng(3);
+    int split = 0;
+    for (int k = 0; k < 24; ++k) {
+        const bool chat = k % 2 == 1;
+        json req = {{"max_tokens", 20}, {"temperature", 0}};
+        if (chat) req["messages"] = {{{"role", "user"}, {"content", "中é" + std::string(1, static_cast<char>('a' + k))}}};
+        else req["prompt"] = {rng() % 37, rng() % 37, rng() % 37};
+        auto plain = cli.Post(chat ? "/v1/chat/completions" : "/v1/completions", req.dump(), "application/json");
+        ASSERT_TRUE(plain) << httplib::to_string(plain.error());
+        ASSERT_EQ(plain->status, 200) << plain->body;
+        const json whole = json::parse(plain->body);
+        const std::string text = chat ? whole["choices"][0]["message"]["content"] : whole["choices"][0]["text"];
+        if (!chat) EXPECT_EQ(text, sanitizeUtf8(tok.decode(whole["choices"][0]["token_ids"])));
+        req["stream"] = true;
+        auto s = cli.Post(chat ? "/v1/chat/completions" : "/v1/completions", req.dump(), "application/json");
+        ASSERT_TRUE(s);
+        ASSERT_EQ(s->status, 200);
+        std::string streamed;
+        size_t at = 0;
+        while ((at = s->body.find("data: ", at)) != std::string::npos) {
+            const size_t end = s->body.find("\n\n", at);
+            const std::string data = s->body.substr(at + 6, end - at - 6);
+            at = end;
+            if (data == "[DONE]") break;
+            const json chunk = json::parse(data, nullptr, false);
+            ASSERT_FALSE(chunk.is_discarded()) << "an event is not valid JSON: " << data;
+            const json& c = chunk["choices"][0];
+            streamed += chat ? c["delta"].value("content", "") : c.value("text", "");
+        }
+        EXPECT_EQ(streamed, text) << s->body;
+        split += text.find(kFffd) != std::string::npos || text.find("😀") != std::string::npos || text.find("中") != std::string::npos;
+    }
+    EXPECT_GT(split, 0) << "no completion held a split character: the test proves nothing";
+    ASSERT_TRUE(cli.Get("/health"));
+}
+
+TEST_F(ServerReliability, BadFieldsGetJsonErrorsAndTheRestIsServed) {
+    ServerProcess server(*dir_, "--num-blocks 10 --block-size 4 --max-body-bytes 4096 --served-model-name tiny");
+    ASSERT_GT(server.port, 0);
+    httplib::Client cli("127.0.0.1", server.port);
+    cli.set_read_timeout(30, 0);
+    auto expectError = [&](const std::string& path, const std::string& payload, int status, const std::string& field, const std::string& value) {
+        auto e = cli.Post(path, payload, "application/json");
+        ASSERT_TRUE(e) << payload;
+        EXPECT_EQ(e->status, status) << payload;
+        const json j = json::parse(e->body, nullptr, false);
+        ASSERT_TRUE(j.is_object() && j.contains("error")) << e->body;
+        EXPECT_EQ(j["error"][field], value) << payload << " -> " << e->body;
+    };
+    expectError("/v1/completions", R"({"prompt": [1], "stream": "yes"})", 400, "param", "stream");
+    expectError("/v1/completions", R"({"prompt": [1], "max_tokens": 9223372036854775807})", 400, "code", "context_length_exceeded");
+    expectError("/v1/completions", R"({"prompt": [1], "max_tokens": 18446744073709551615})", 400, "param", "max_tokens");
+    expectError("/v1/completions", R"({"prompt": [1], "max_tokens": 2.5})", 400, "param", "max_tokens");
+    expectError("/v1/completions", R"({"prompt": [1], "top_k": -1})", 400, "param", "top_k");
+    expectError("/v1/completions", R"({"prompt": [1], "seed": -4})", 400, "param", "seed");
+    expectError("/v1/completions", R"({"prompt": [1, 18446744073709551615]})", 400, "param", "prompt");
+    expectError("/v1/completions", R"({"prompt": [1], "stop_token_ids": "x"})", 400, "param", "stop_token_ids");
+    expectError("/v1/completions", R"({"prompt": [1], "model": "gpt-4"})", 404, "code", "model_not_found");
+    expectError("/v1/chat/completions", R"({"messages": [{"role": 7, "content": "a"}]})", 400, "param", "messages");
+    expectError("/v1/completions", "[1, 2]", 400, "type", "invalid_request_error");
+    expectError("/v1/completions", R"({"prompt": ")" + std::string(8000, 'a') + R"("})", 413, "type", "invalid_request_error");
+    // Fits the context (64) but never the KV cache (40 tokens): refused alone, while
+    // requests around it are served.
+    std::vector<std::thread> others;
+    std::atomic<int> served{0};
+    for (int t = 0; t < 4; ++t)
+        others.emplace_back([&] {
+            httplib::Client c2("127.0.0.1", server.port);
+            c2.set_read_timeout(30, 0);
+            auto r = c2.Post("/v1/completions", R"({"prompt": [1, 2, 3], "max_tokens": 8, "model": "tiny"})", "application/json");
+            served += r && r->status == 200;
+        });
+    expectError("/v1/completions", R"({"prompt": [1, 2, 3, 4], "max_tokens": 50})", 400, "code", "kv_cache_exceeded");
+    for (auto& t : others) t.join();
+    EXPECT_EQ(served.load(), 4);
+    // Wrong methods and paths.
+    auto get = cli.Get("/v1/completions");
+    ASSERT_TRUE(get);
+    EXPECT_EQ(get->status, 405);
+    EXPECT_EQ(get->get_header_value("Allow"), "POST");
+    auto post = cli.Post("/health", "", "application/json");
+    ASSERT_TRUE(post);
+    EXPECT_EQ(post->status, 405);
+    auto missing = cli.Get("/v2/nothing");
+    ASSERT_TRUE(missing);
+    EXPECT_EQ(missing->status, 404);
+    EXPECT_TRUE(json::parse(missing->body, nullptr, false).contains("error")) << missing->body;
+}
+
+namespace {
+
+int connectTo(int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+}  // namespace
+
+// 150 slowloris clients trickle their headers: /health keeps answering within 100 ms, the
+// slow connections are closed at the read deadline, and SIGTERM ends the server within 5 s
+// with a streamed request still in flight.
+TEST_F(ServerReliability, SlowClientsDoNotStarveHealthAndSigtermEndsIt) {
+    ServerProcess server(*dir_, "--read-timeout 2 --drain-timeout 1");
+    ASSERT_GT(server.port, 0);
+    std::vector<int> slow;
+    for (int i = 0; i < 150; ++i) {
+        const int fd = connectTo(server.port);
+        ASSERT_GE(fd, 0);
+        const std::string start = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n";
+        ASSERT_EQ(send(fd, start.data(), start.size(), MSG_NOSIGNAL), static_cast<ssize_t>(start.size()));
+        slow.push_back(fd);
+    }
+    httplib::Client cli("127.0.0.1", server.port);
+    double worst_ms = 0;
+    int answered = 0;
+    const auto until = Clock::now() + std::chrono::milliseconds(3500);
+    while (Clock::now() < until) {
+        for (int fd : slow) send(fd, "X", 1, MSG_NOSIGNAL | MSG_DONTWAIT);  // one byte each, never a whole header
+        const auto t0 = Clock::now();
+        auto h = cli.Get("/health");
+        worst_ms = std::max(worst_ms, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        answered += h && h->status == 200;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_GT(answered, 20);
+    EXPECT_LT(worst_ms, 100.0) << "/health waited behind slow clients";
+    int closed = 0;
+    for (int fd : slow) {
+        char c;
+        closed += recv(fd, &c, 1, MSG_DONTWAIT) == 0;  // the server hung up
+        close(fd);
+    }
+    EXPECT_GT(closed, 140) << "slow clients outlived the 2 s read deadline";
+    // A long streamed request in flight, then SIGTERM.
+    std::thread streaming([&] {
+        httplib::Client c2("127.0.0.1", server.port);
+        c2.set_read_timeout(30, 0);
+        c2.Post("/v1/completions", R"({"prompt": [1, 2], "max_tokens": 60, "stream": true})", "application/json");
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const auto t0 = Clock::now();
+    kill(server.pid, SIGTERM);
+    int status = 0;
+    pid_t done = 0;
+    while ((done = waitpid(server.pid, &status, WNOHANG)) == 0 && Clock::now() - t0 < std::chrono::seconds(8)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    streaming.join();
+    ASSERT_EQ(done, server.pid) << "the server did not exit within 8 s of SIGTERM";
+    server.pid = -1;
+    EXPECT_LT(seconds, 5.0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+TEST(ServeCli, RefusesAPortOutOfRange) {
+    std::string out;
+    EXPECT_NE(kiln::testing::runCommand(std::string(KILN_BIN) + " serve /nonexistent --port 70000", &out), 0);
+    EXPECT_NE(out.find("70000"), std::string::npos) << out;
+}
