@@ -27,6 +27,8 @@
 
 #include "engine/engine.h"
 
+#include "ir/file_write.h"
+
 #include "backends/cuda/cuda_executor.h"
 
 namespace kiln {
@@ -323,11 +325,7 @@ std::string serializeEngine(const Engine& e) {
 }
 
 void writeEngine(const Engine& engine, const fs::path& path) {
-    const std::string bytes = serializeEngine(engine);
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    check(out.good(), path.string() + ": cannot write file");
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    check(out.good(), path.string() + ": write failed");
+    writeFileAtomically(path, serializeEngine(engine));
 }
 
 Engine deserializeEngine(const std::string& bytes, const std::string& where, const std::string& expected_target) {
@@ -375,10 +373,14 @@ Engine deserializeEngine(const std::string& bytes, const std::string& where, con
 
 Engine readEngine(const fs::path& path, const std::string& expected_target) {
     check(fs::exists(path), path.string() + ": no such file");
+    std::error_code ec;
+    check(fs::is_regular_file(path, ec), path.string() + ": not a regular file");
     return deserializeEngine(readAll(path), path.string(), expected_target);
 }
 
 bool isEngineFile(const fs::path& path) {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) return false;  // a FIFO would block the read
     std::ifstream in(path, std::ios::binary);
     char magic[8] = {};
     in.read(magic, sizeof magic);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "backends/cpu/fast/tactics.h"
+#include "ir/file_write.h"
 
 namespace kiln {
 
@@ -32,9 +33,7 @@ void TimingCache::put(const std::string& key, const std::string& tactic) { entri
 
 void TimingCache::save() const {
     if (path_.empty()) return;
-    std::ofstream out(path_, std::ios::trunc);
-    check(out.good(), "--timing-cache: cannot write " + path_);
-    out << nlohmann::json{{"format", "kiln-timing-cache-1"}, {"tactics", entries_}}.dump(1) << "\n";
+    writeFileAtomically(path_, nlohmann::json{{"format", "kiln-timing-cache-1"}, {"tactics", entries_}}.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 namespace {

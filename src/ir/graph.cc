@@ -1,5 +1,7 @@
 #include "ir/graph.h"
 
+#include "ir/attribute_checks.h"
+
 #include <queue>
 #include <sstream>
 #include <unordered_map>
@@ -87,6 +89,7 @@ void verifyGraph(const Graph& g, const std::set<std::string>& outer) {
     std::set<std::string> produced;
     for (const auto& node : g.nodes) {
         check(!node.op_type.empty(), "graph '" + g.name + "': a node has no op type");
+        checkNodeAttributes(node);
         for (size_t i = 0; i < node.inputs.size(); ++i) {
             const auto& in = node.inputs[i];
             if (in.empty()) continue;

@@ -50,7 +50,8 @@ void topologicalSort(Graph& g);
 // Names a subgraph may read from enclosing graphs (inputs, initializers, node outputs).
 std::set<std::string> definedNames(const Graph& g);
 // Checks that the graph is well formed: every input defined before use, each value produced
-// once, no cycles, declared outputs produced, and known element types consistent.
+// once, no cycles, declared outputs produced, known element types consistent, and every
+// node's attributes in range (attribute_checks.h).
 // `outer` holds names visible from enclosing graphs. Throws Error naming the first fault.
 void verifyGraph(const Graph& g, const std::set<std::string>& outer = {});
 // Human-readable text form, one node per line.

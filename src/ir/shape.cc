@@ -2,6 +2,8 @@
 
 #include "ir/error.h"
 
+#include <algorithm>
+
 namespace kiln {
 
 Shape Shape::fromDims(const Dims& d) {
@@ -37,8 +39,15 @@ std::string Shape::toString() const {
 
 int64_t numElements(const Dims& dims) {
     int64_t n = 1;
-    for (int64_t d : dims) n *= d;
-    return n;
+    bool overflow = false;
+    for (int64_t d : dims) {
+        check(d >= 0, [&] { return "shape " + dimsToString(dims) + " has a negative dimension"; });
+        overflow |= __builtin_mul_overflow(n, d, &n);
+    }
+    // A zero anywhere makes the count 0 even when the other dims' product overflowed.
+    if (overflow && std::find(dims.begin(), dims.end(), 0) == dims.end())
+        throw Error("shape " + dimsToString(dims) + " has more than 2^63 elements");
+    return overflow ? 0 : n;
 }
 
 std::string dimsToString(const Dims& dims) { return Shape::fromDims(dims).toString(); }

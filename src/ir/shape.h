@@ -29,6 +29,8 @@ struct Shape {
     bool operator==(const Shape&) const = default;
 };
 
+// The element count of `dims`; throws Error for a negative dim or a count past 2^63 - 1
+// (dims such as [2^62 + 1, 4] would otherwise wrap to a small, wrong size).
 int64_t numElements(const Dims& dims);
 std::string dimsToString(const Dims& dims);
 // Row-major strides of `dims`, in elements.

@@ -14,6 +14,16 @@ namespace kiln {
 // Zero-filled, 64-byte aligned bytes (rounded up to the alignment).
 std::shared_ptr<std::byte[]> allocateBytes(size_t bytes, bool zero = true);
 
+// The most bytes one tensor may take: physical memory unless KILN_MAX_TENSOR_BYTES or
+// setMaxTensorBytes (the CLI's --max-tensor-bytes) says otherwise. Checked before every
+// allocation, so that a shape from a bad model or input file fails with an Error instead
+// of exhausting memory.
+size_t maxTensorBytes();
+void setMaxTensorBytes(size_t bytes);
+// The bytes of a `dtype` tensor of `dims`; throws Error naming `what` when the element
+// count overflows or the bytes pass maxTensorBytes().
+size_t tensorBytes(DType dtype, const Dims& dims, const std::string& what);
+
 class Tensor {
 public:
     Tensor() = default;

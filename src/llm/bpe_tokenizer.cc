@@ -39,7 +39,14 @@ bool isSpace(unsigned char c) { return std::isspace(c); }
 }  // namespace
 
 BpeTokenizer BpeTokenizer::parse(const std::string& json_text, const std::string& where) {
-    const nlohmann::json j = nlohmann::json::parse(json_text, nullptr, false);
+    try {
+        return parseJson(nlohmann::json::parse(json_text, nullptr, false), where);
+    } catch (const nlohmann::json::exception& e) {  // a field of an unexpected type
+        throw Error(where + ": " + e.what());
+    }
+}
+
+BpeTokenizer BpeTokenizer::parseJson(const nlohmann::json& j, const std::string& where) {
     check(j.is_object() && j.contains("model") && j["model"].is_object(), where + ": not a tokenizer.json (no 'model')");
     const auto& m = j["model"];
     check(m.value("type", "") == "BPE", where + ": only BPE models are supported here (Llama-style SentencePiece models come separately)");

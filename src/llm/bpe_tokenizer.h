@@ -4,6 +4,7 @@
 #pragma once
 #include <filesystem>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -22,6 +23,7 @@ public:
     size_t maxTokenBytes() const override { return max_token_bytes_; }
 
 private:
+    static BpeTokenizer parseJson(const nlohmann::json& j, const std::string& where);
     std::vector<std::string> splitWords(const std::string& text) const;
     std::vector<int64_t> encodeWord(const std::string& word) const;
     std::unordered_map<std::string, int64_t> vocab_;

@@ -1,5 +1,6 @@
 #include "llm/decoder_config.h"
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -8,24 +9,42 @@
 
 namespace kiln::llm {
 
-DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::string& where) {
-    const nlohmann::json j = nlohmann::json::parse(json_text, nullptr, false);
+namespace {
+
+DecoderConfig parseConfig(const nlohmann::json& j, const std::string& where) {
     check(j.is_object(), where + ": not a JSON object");
+    // Sizes are positive and below 2^31 (products of them size the weights); scales and
+    // epsilons are finite and positive (a zero rope_theta or a negative epsilon gives NaN).
     auto integer = [&](std::initializer_list<const char*> keys, int64_t fallback = -1) {
         for (const char* k : keys)
             if (j.contains(k) && !j[k].is_null()) {  // Hugging Face writes unset fields as null
-                check(j[k].is_number_integer() && j[k].get<int64_t>() > 0, where + ": '" + k + "' must be a positive integer");
+                check(j[k].is_number_integer() && !j[k].is_number_float() && j[k].get<double>() > 0 && j[k].get<double>() < 2147483648.0,
+                      where + ": '" + k + "' must be a positive integer below 2^31, got " + j[k].dump());
                 return j[k].get<int64_t>();
             }
         check(fallback >= 0, where + ": missing '" + std::string(*keys.begin()) + "'");
         return fallback;
     };
+    auto positive = [&](const nlohmann::json& v, const std::string& name) {
+        check(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0 && v.get<double>() < 3.0e38,
+              where + ": '" + name + "' must be a positive finite number, got " + v.dump());
+        return v.get<float>();
+    };
     auto number = [&](const char* k, double fallback) {
         if (!j.contains(k) || j[k].is_null()) return static_cast<float>(fallback);
-        check(j[k].is_number(), where + ": '" + std::string(k) + "' must be a number");
-        return j[k].get<float>();
+        return positive(j[k], k);
     };
-    const std::string type = j.value("model_type", "");
+    auto text = [&](const nlohmann::json& o, const char* k, const std::string& fallback) {
+        if (!o.contains(k) || o[k].is_null()) return fallback;
+        check(o[k].is_string(), where + ": '" + std::string(k) + "' must be a string, got " + o[k].dump());
+        return o[k].get<std::string>();
+    };
+    auto flag = [&](const char* k, bool fallback) {
+        if (!j.contains(k) || j[k].is_null()) return fallback;
+        check(j[k].is_boolean(), where + ": '" + std::string(k) + "' must be true or false, got " + j[k].dump());
+        return j[k].get<bool>();
+    };
+    const std::string type = text(j, "model_type", "");
     DecoderConfig c;
     if (type == "gpt2") {
         c.family = Family::Gpt2;
@@ -49,11 +68,11 @@ DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::stri
         c.rope_theta = number("rope_theta", 10000.0);
         if (j.contains("rope_parameters") && j["rope_parameters"].is_object() && j["rope_parameters"].contains("rope_theta")) {  // transformers 5
             const auto& rp = j["rope_parameters"];
-            check(rp["rope_theta"].is_number(), where + ": 'rope_parameters.rope_theta' must be a number");
-            check(rp.value("rope_type", "default") == "default", where + ": rope_type '" + rp.value("rope_type", "") + "' is not supported (default only)");
-            c.rope_theta = rp["rope_theta"].get<float>();
+            c.rope_theta = positive(rp["rope_theta"], "rope_parameters.rope_theta");
+            const std::string rope_type = text(rp, "rope_type", "default");
+            check(rope_type == "default", where + ": rope_type '" + rope_type + "' is not supported (default only)");
         }
-        c.tie_embeddings = j.value("tie_word_embeddings", false);
+        c.tie_embeddings = flag("tie_word_embeddings", false);
     } else {
         throw Error(where + ": model_type '" + type + "' is not supported (gpt2, llama, mistral, qwen2)");
     }
@@ -63,6 +82,17 @@ DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::stri
     c.head_dim = integer({"head_dim"}, c.hidden / c.heads);
     check(c.family == Family::Gpt2 || c.head_dim % 2 == 0, where + ": RoPE needs an even head size");
     return c;
+}
+
+}  // namespace
+
+DecoderConfig DecoderConfig::parse(const std::string& json_text, const std::string& where) {
+    const nlohmann::json j = nlohmann::json::parse(json_text, nullptr, false);
+    try {
+        return parseConfig(j, where);
+    } catch (const nlohmann::json::exception& e) {  // a field of an unexpected type
+        throw Error(where + ": " + e.what());
+    }
 }
 
 DecoderConfig DecoderConfig::load(const std::filesystem::path& path) {

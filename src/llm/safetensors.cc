@@ -2,6 +2,8 @@
 
 #include <cstring>
 #include <fstream>
+
+#include "ir/file_write.h"
 #include <nlohmann/json.hpp>
 
 namespace kiln::llm {
@@ -86,14 +88,11 @@ void writeSafetensors(const std::filesystem::path& path, const std::map<std::str
     }
     std::string text = header.dump();
     text.resize((text.size() + 7) / 8 * 8, ' ');  // data 8-byte aligned, as the reference writer does
-    std::ofstream out(path, std::ios::binary);
-    check(out.good(), path.string() + ": cannot write");
-    unsigned char len_bytes[8];
-    for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(static_cast<uint64_t>(text.size()) >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len_bytes), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const auto& [name, t] : tensors) out.write(reinterpret_cast<const char*>(t.raw()), static_cast<std::streamsize>(t.byteSize()));
-    check(out.good(), path.string() + ": write failed");
+    std::string bytes;
+    for (int i = 0; i < 8; ++i) bytes += static_cast<char>(static_cast<uint64_t>(text.size()) >> (8 * i));
+    bytes += text;
+    for (const auto& [name, t] : tensors) bytes.append(reinterpret_cast<const char*>(t.raw()), t.byteSize());
+    writeFileAtomically(path, bytes);
 }
 
 }  // namespace kiln::llm

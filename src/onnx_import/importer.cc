@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "ir/attribute_checks.h"
 #include "onnx_import/tensor_proto.h"
 
 namespace kiln {
@@ -108,24 +109,6 @@ void checkArity(const Node& n, int64_t opset) {
     }
 }
 
-// Attribute values no model may use (ONNX's own shape inference divides by some of them).
-void checkAttributeRanges(const Node& n) {
-    static const std::set<std::string> windowed = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "ConvInteger", "QLinearConv"};
-    auto positive = [&](const char* name) {
-        for (int64_t v : n.attrs.getInts(name)) check(v > 0, n.describe() + ": attribute '" + name + "' must be positive, got " + std::to_string(v));
-    };
-    if (windowed.count(n.op_type)) {
-        positive("strides");
-        positive("dilations");
-        positive("kernel_shape");
-        for (int64_t v : n.attrs.getInts("pads")) check(v >= 0, n.describe() + ": attribute 'pads' must not be negative, got " + std::to_string(v));
-        for (int64_t v : n.attrs.getInts("output_padding")) check(v >= 0, n.describe() + ": attribute 'output_padding' must not be negative");
-    }
-    for (const char* name : {"group", "blocksize", "size"})
-        if (n.attrs.has(name) && std::holds_alternative<int64_t>(n.attrs.all().at(name)))
-            check(n.attrs.getInt(name) > 0, n.describe() + ": attribute '" + name + "' must be positive, got " + std::to_string(n.attrs.getInt(name)));
-}
-
 Graph convertGraph(const onnx::GraphProto& gp, ImportContext& ctx) {
     Graph g;
     g.name = gp.name();
@@ -153,7 +136,7 @@ Graph convertGraph(const onnx::GraphProto& gp, ImportContext& ctx) {
         for (const auto& a : np.attribute()) n.attrs.set(a.name(), convertAttribute(a, n.describe(), ctx));
         convertNodeAttributes(n);
         checkArity(n, ctx.opset);
-        checkAttributeRanges(n);
+        checkNodeAttributes(n);  // before ONNX's shape inference, which divides by strides
         g.nodes.push_back(std::move(n));
     }
     return g;

@@ -1,8 +1,13 @@
 #include "onnx_import/npy.h"
 
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <regex>
+
+#include "ir/file_write.h"
 
 namespace kiln {
 
@@ -19,6 +24,8 @@ constexpr NpyType kNpyTypes[] = {
 }  // namespace
 
 Tensor loadNpy(const std::filesystem::path& path) {
+    std::error_code ec;
+    check(std::filesystem::is_regular_file(path, ec), path.string() + ": not a regular file");
     std::ifstream in(path, std::ios::binary);
     check(in.good(), path.string() + ": cannot open file");
     char magic[8] = {};
@@ -54,9 +61,19 @@ Tensor loadNpy(const std::filesystem::path& path) {
     Dims dims;
     std::string shape_text = m[1];
     std::regex num("\\d+");
-    for (auto it = std::sregex_iterator(shape_text.begin(), shape_text.end(), num); it != std::sregex_iterator(); ++it)
-        dims.push_back(std::stoll(it->str()));
-    Tensor t(dtype, dims);
+    for (auto it = std::sregex_iterator(shape_text.begin(), shape_text.end(), num); it != std::sregex_iterator(); ++it) {
+        errno = 0;
+        const unsigned long long d = std::strtoull(it->str().c_str(), nullptr, 10);
+        check(errno == 0 && d <= static_cast<unsigned long long>(INT64_MAX), path.string() + ": .npy dimension " + it->str() + " is too large");
+        dims.push_back(static_cast<int64_t>(d));
+    }
+    // The size is checked against the limit and the file before anything is allocated.
+    const size_t bytes = tensorBytes(dtype, dims, path.string());
+    const auto data_at = static_cast<uintmax_t>(in.tellg());
+    const uintmax_t file_size = std::filesystem::file_size(path, ec);
+    check(!ec && file_size >= data_at && file_size - data_at >= bytes,
+          path.string() + ": truncated .npy data (expected " + std::to_string(bytes) + " bytes for " + std::string(dtypeName(dtype)) + dimsToString(dims) + ")");
+    Tensor t = Tensor::uninitialized(dtype, dims);
     in.read(reinterpret_cast<char*>(t.raw()), static_cast<std::streamsize>(t.byteSize()));
     check(static_cast<size_t>(in.gcount()) == t.byteSize(), path.string() + ": truncated .npy data (expected " + std::to_string(t.byteSize()) + " bytes for " + t.summary() + ")");
     return t;
@@ -74,15 +91,13 @@ void saveNpy(const Tensor& t, const std::filesystem::path& path) {
     size_t total = 10 + header.size() + 1;
     header.append((64 - total % 64) % 64, ' ');
     header += '\n';
-    std::ofstream out(path, std::ios::binary);
-    check(out.good(), path.string() + ": cannot write file");
-    out.write("\x93NUMPY\x01\x00", 8);
-    uint16_t len = static_cast<uint16_t>(header.size());
-    char lenb[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
-    out.write(lenb, 2);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(reinterpret_cast<const char*>(t.raw()), static_cast<std::streamsize>(t.byteSize()));
-    check(out.good(), path.string() + ": write failed");
+    const uint16_t len = static_cast<uint16_t>(header.size());
+    std::string bytes("\x93NUMPY\x01\x00", 8);
+    bytes += static_cast<char>(len & 0xff);
+    bytes += static_cast<char>(len >> 8);
+    bytes += header;
+    bytes.append(reinterpret_cast<const char*>(t.raw()), t.byteSize());
+    writeFileAtomically(path, bytes);
 }
 
 }  // namespace kiln

@@ -2,10 +2,13 @@
 
 #include <onnx/onnx_pb.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
 #include "onnx_import/npy.h"
+#include "ir/file_write.h"
 
 namespace kiln {
 
@@ -35,22 +38,36 @@ fs::path resolveInside(const fs::path& base_dir, const std::string& location, co
     return full;
 }
 
-void readExternal(const onnx::TensorProto& proto, const fs::path& base_dir, Tensor& t) {
+int64_t externalNumber(const std::string& value, const std::string& key, const std::string& tensor) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(value.c_str(), &end, 10);
+    check(!value.empty() && *end == 0 && errno == 0 && v >= 0, "tensor '" + tensor + "': external data " + key + " '" + value + "' is not a non-negative integer");
+    return v;
+}
+
+void readExternal(const onnx::TensorProto& proto, const fs::path& base_dir, DType dtype, const Dims& dims, Tensor& t) {
     std::string location;
     int64_t offset = 0, length = -1;
     for (const auto& kv : proto.external_data()) {
         if (kv.key() == "location") location = kv.value();
-        else if (kv.key() == "offset") offset = std::stoll(kv.value());
-        else if (kv.key() == "length") length = std::stoll(kv.value());
+        else if (kv.key() == "offset") offset = externalNumber(kv.value(), "offset", proto.name());
+        else if (kv.key() == "length") length = externalNumber(kv.value(), "length", proto.name());
     }
     fs::path file = resolveInside(base_dir, location, proto.name());
+    // Only a regular file: opening a FIFO or a device would block or read without end.
+    std::error_code ec;
+    check(fs::exists(file, ec), "tensor '" + proto.name() + "': cannot open external data file " + file.string() + " (no such file)");
+    check(fs::is_regular_file(file, ec), "tensor '" + proto.name() + "': external data " + file.string() + " is not a regular file");
+    const int64_t file_size = static_cast<int64_t>(fs::file_size(file, ec));
+    check(!ec, "tensor '" + proto.name() + "': cannot read the size of external data file " + file.string());
+    const int64_t want = static_cast<int64_t>(tensorBytes(dtype, dims, "tensor '" + proto.name() + "'"));
+    check(length < 0 || length == want, "tensor '" + proto.name() + "': external data length " + std::to_string(length) + " does not match " +
+                                            std::string(dtypeName(dtype)) + dimsToString(dims));
+    check(offset <= file_size && want <= file_size - offset, "tensor '" + proto.name() + "': external data file " + file.string() + " is too short");
     std::ifstream in(file, std::ios::binary);
     check(in.good(), "tensor '" + proto.name() + "': cannot open external data file " + file.string());
-    in.seekg(0, std::ios::end);
-    int64_t file_size = in.tellg();
-    int64_t want = static_cast<int64_t>(t.byteSize());
-    check(length < 0 || length == want, "tensor '" + proto.name() + "': external data length " + std::to_string(length) + " does not match " + t.summary());
-    check(offset >= 0 && offset + want <= file_size, "tensor '" + proto.name() + "': external data file " + file.string() + " is too short");
+    t = Tensor::uninitialized(dtype, dims);
     in.seekg(offset);
     in.read(reinterpret_cast<char*>(t.raw()), want);
     check(in.good(), "tensor '" + proto.name() + "': failed to read external data from " + file.string());
@@ -77,22 +94,41 @@ int dtypeToOnnx(DType d) {
     throw Error("element type " + std::string(dtypeName(d)) + " has no ONNX equivalent");
 }
 
+// How many values the proto's typed field for `dtype` holds.
+int64_t fieldSize(const onnx::TensorProto& proto, DType dtype) {
+    switch (dtype) {
+        case DType::F32: return proto.float_data_size();
+        case DType::F64: return proto.double_data_size();
+        case DType::I64: return proto.int64_data_size();
+        case DType::U32:
+        case DType::U64: return proto.uint64_data_size();
+        default: return proto.int32_data_size();
+    }
+}
+
 Tensor tensorFromProto(const onnx::TensorProto& proto, const fs::path& base_dir) {
     const std::string& name = proto.name();
     DType dtype = dtypeFromOnnx(proto.data_type(), "tensor '" + name + "'");
     Dims dims(proto.dims().begin(), proto.dims().end());
     for (int64_t d : dims) check(d >= 0, "tensor '" + name + "': negative dimension in " + dimsToString(dims));
-    Tensor t(dtype, dims);
+    // The size is checked, and matched against the data the proto holds, before any allocation.
+    const size_t bytes = tensorBytes(dtype, dims, "tensor '" + name + "'");
+    const int64_t numel = numElements(dims);
+    Tensor t;
     if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
-        readExternal(proto, base_dir, t);
+        readExternal(proto, base_dir, dtype, dims, t);
         return t;
     }
     if (proto.has_raw_data()) {
-        check(proto.raw_data().size() == t.byteSize(), "tensor '" + name + "': raw data has " + std::to_string(proto.raw_data().size()) + " bytes, expected " + std::to_string(t.byteSize()) + " for " + t.summary());
-        std::memcpy(t.raw(), proto.raw_data().data(), t.byteSize());
+        check(proto.raw_data().size() == bytes, "tensor '" + name + "': raw data has " + std::to_string(proto.raw_data().size()) + " bytes, expected " + std::to_string(bytes) +
+                                                    " for " + std::string(dtypeName(dtype)) + dimsToString(dims));
+        t = Tensor::uninitialized(dtype, dims);
+        std::memcpy(t.raw(), proto.raw_data().data(), bytes);
         return t;
     }
-    if (t.numel() == 0) return t;
+    if (numel == 0) return Tensor(dtype, dims);
+    check(fieldSize(proto, dtype) == numel, "tensor '" + name + "': has " + std::to_string(fieldSize(proto, dtype)) + " values for shape " + dimsToString(dims));
+    t = Tensor::uninitialized(dtype, dims);
     switch (dtype) {
         case DType::F32: copyField<float>(proto.float_data(), t, name); break;
         case DType::F64: copyField<double>(proto.double_data(), t, name); break;
@@ -122,6 +158,8 @@ void tensorToProto(const Tensor& t, const std::string& name, onnx::TensorProto& 
 
 Tensor loadTensorFile(const fs::path& path, std::string* name) {
     check(fs::exists(path), path.string() + ": no such file");
+    std::error_code ec;
+    check(fs::is_regular_file(path, ec), path.string() + ": not a regular file");
     if (path.extension() == ".npy") return loadNpy(path);
     std::ifstream in(path, std::ios::binary);
     check(in.good(), path.string() + ": cannot open file");
@@ -135,8 +173,9 @@ void saveTensorFile(const Tensor& t, const std::string& name, const fs::path& pa
     if (path.extension() == ".npy") return saveNpy(t, path);
     onnx::TensorProto proto;
     tensorToProto(t, name, proto);
-    std::ofstream out(path, std::ios::binary);
-    check(out.good() && proto.SerializeToOstream(&out), path.string() + ": cannot write file");
+    std::string bytes;
+    check(proto.SerializeToString(&bytes), path.string() + ": cannot serialize " + t.summary());
+    writeFileAtomically(path, bytes);
 }
 
 }  // namespace kiln

@@ -119,8 +119,10 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* pla
         std::vector<Tensor> outs;
         try {
             outs = kernels_[i](ctx);
-        } catch (const Error&) {
-            throw;
+        } catch (const Error& e) {
+            const std::string where = node.describe();
+            if (std::string_view(e.what()).starts_with(where)) throw;
+            throw Error(where + ": " + e.what());  // a size check in a shared helper names no node
         } catch (const std::bad_alloc&) {
             throw Error(node.describe() + ": out of memory");
         } catch (const std::length_error&) {

@@ -3,12 +3,18 @@
 #include <iostream>
 
 #include "ir/error.h"
+#include "ir/tensor.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
     CLI::App app{"Kiln: an inference compiler with a global performance tuner", "kiln"};
     app.set_version_flag("--version", std::string("kiln ") + KILN_VERSION);
     app.require_subcommand(1);
+    app.fallthrough();  // global options may come after the command
+    size_t max_tensor_bytes = 0;
+    app.add_option("--max-tensor-bytes", max_tensor_bytes, "Largest tensor, in bytes, a model or input may make Kiln allocate (default: physical memory, or KILN_MAX_TENSOR_BYTES)")
+        ->check(CLI::PositiveNumber)
+        ->each([](const std::string& v) { kiln::setMaxTensorBytes(std::stoull(v)); });
     kiln::tools::addRunCommand(app);
     kiln::tools::addBuildCommand(app);
     kiln::tools::addBenchCommand(app);

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ir/file_write.h"
+
 #include "engine/builder.h"
 #include "tuner/tuner.h"
 
@@ -77,17 +79,14 @@ std::string svgPlot(const TuneResult& r) {
     return s.str();
 }
 
-}  // namespace
-
-void writeTuneReport(const TuneResult& r, const TunerOptions& o, const std::string& path) {
-    std::ofstream out(path);
-    check(out.good(), "--report: cannot write " + path);
+std::string tuneReportText(const TuneResult& r, const TunerOptions& o, const std::string& path) {
+    std::ostringstream out;
     const std::string rebuild = "kiln build " + o.model_path + (o.policy.target == "cpu" ? "" : " --target " + o.policy.target) + " -o best.engine --route '" + changes(r.best_route) + "'";
     const std::string ext = std::filesystem::path(path).extension().string();
     const nlohmann::json j = toJson(r, o, rebuild);
     if (ext == ".json") {
-        out << j.dump(2) << "\n";
-        return;
+        out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        return out.str();
     }
     check(ext == ".md" || ext == ".html", "--report: use a .json, .md or .html file name, got " + path);
     const bool html = ext == ".html";
@@ -154,6 +153,11 @@ void writeTuneReport(const TuneResult& r, const TunerOptions& o, const std::stri
     for (const auto& c : r.candidates) all.push_back({changes(c.route), outcomeName(c.outcome), num(c.median_ms), num(c.error), c.measured_by, c.message});
     table({"route", "outcome", "median ms", "error", "measured by", "note"}, all);
     if (html) out << "</body></html>\n";
+    return out.str();
 }
+
+}  // namespace
+
+void writeTuneReport(const TuneResult& r, const TunerOptions& o, const std::string& path) { writeFileAtomically(path, tuneReportText(r, o, path)); }
 
 }  // namespace kiln

@@ -4,13 +4,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "ir/file_write.h"
+
 namespace kiln {
 
 TuningCache::TuningCache(std::string path, CacheKey key, bool resume) : path_(std::move(path)), key_(std::move(key)) {
     if (path_.empty()) return;
     if (!resume) {
-        std::ofstream truncate(path_, std::ios::trunc);
-        check(truncate.good(), "--tuning-cache: cannot write " + path_);
+        writeFileAtomically(path_, "");
         return;
     }
     std::ifstream in(path_);
@@ -43,10 +44,7 @@ const CandidateResult* TuningCache::find(const std::string& route_hash) const {
 void TuningCache::append(const CandidateResult& r) {
     entries_[r.route_hash] = r;
     if (path_.empty()) return;
-    std::ofstream out(path_, std::ios::app);
-    out << candidateToJson(r, {{"model_hash", key_.model_hash}, {"target", key_.target}, {"kiln_version", key_.kiln_version}}) << "\n";
-    out.flush();
-    check(out.good(), "--tuning-cache: cannot append to " + path_);
+    appendToFile(path_, candidateToJson(r, {{"model_hash", key_.model_hash}, {"target", key_.target}, {"kiln_version", key_.kiln_version}}) + "\n");
 }
 
 }  // namespace kiln

@@ -107,12 +107,18 @@ std::vector<Tensor> arithmetic(const KernelContext& ctx) {
     return {dispatchNumeric(a.dtype(), ctx.node.describe(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         return broadcastBinary<T, T, T>(a, b, ctx, [&](T x, T y) -> T {
-            if constexpr (std::is_integral_v<T>) {
-                if constexpr (Op == Arith::Add) return static_cast<T>(x + y);
-                if constexpr (Op == Arith::Sub) return static_cast<T>(x - y);
-                if constexpr (Op == Arith::Mul) return static_cast<T>(x * y);
+            if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {  // bool is refused at run time
+                // Two's-complement wrap-around, as numpy and ONNX Runtime give: the sums and
+                // products in unsigned arithmetic (signed overflow is undefined in C++), and
+                // MIN / -1 as -MIN (the CPU's division instruction traps on it).
+                using U = std::make_unsigned_t<T>;
+                if constexpr (Op == Arith::Add) return static_cast<T>(static_cast<U>(x) + static_cast<U>(y));
+                if constexpr (Op == Arith::Sub) return static_cast<T>(static_cast<U>(x) - static_cast<U>(y));
+                if constexpr (Op == Arith::Mul) return static_cast<T>(static_cast<U>(x) * static_cast<U>(y));
                 if constexpr (Op == Arith::Div) {
                     if (y == 0) ctx.fail("integer division by zero");
+                    if constexpr (std::is_signed_v<T>)
+                        if (y == -1) return static_cast<T>(U(0) - static_cast<U>(x));
                     return static_cast<T>(x / y);
                 }
             } else {
@@ -156,6 +162,8 @@ std::vector<Tensor> modKernel(const KernelContext& ctx) {
         return broadcastBinary<T, T, T>(a, b, ctx, [&](T x, T y) -> T {
             if constexpr (std::is_integral_v<T>) {
                 if (y == 0) ctx.fail("integer modulo by zero");
+                if constexpr (std::is_signed_v<T>)
+                    if (y == -1) return T(0);  // MIN % -1 traps like MIN / -1
                 T r = static_cast<T>(x % y);
                 if constexpr (std::is_signed_v<T>)
                     if (!fmod && r != 0 && ((r < 0) != (y < 0))) r = static_cast<T>(r + y);  // sign of divisor

@@ -149,6 +149,7 @@ std::vector<Tap> axisTaps(const ResizeOptions& o, int64_t out_i, double scale, i
 Tensor resizeTensor(const KernelContext& ctx, const Tensor& x, const std::vector<double>& scales, const Dims& out_dims,
                     const ResizeOptions& o, const std::vector<double>& roi) {
     const size_t rank = x.rank();
+    tensorBytes(x.dtype(), out_dims, ctx.node.describe());  // before the taps, which grow with the output
     // taps[d][i]: source taps of output index i along axis d (the filter is separable).
     std::vector<std::vector<std::vector<Tap>>> taps(rank);
     for (size_t d = 0; d < rank; ++d) {
@@ -233,7 +234,11 @@ std::vector<Tensor> resize(const KernelContext& ctx) {
         }
     } else {
         ctx.require(scales.size() == rank, "needs scales or sizes with one value per input dim");
-        for (size_t d = 0; d < rank; ++d) out_dims[d] = static_cast<int64_t>(std::floor(static_cast<double>(x.dims()[d]) * scales[d]));
+        for (size_t d = 0; d < rank; ++d) {
+            const double n = std::floor(static_cast<double>(x.dims()[d]) * scales[d]);
+            ctx.require(scales[d] > 0 && n < 9.2e18, [&] { return "scale " + std::to_string(scales[d]) + " for axis " + std::to_string(d) + " must be positive and give a representable size"; });
+            out_dims[d] = static_cast<int64_t>(n);
+        }
     }
     return {resizeTensor(ctx, x, scales, out_dims, o, roi)};
 }
