@@ -38,6 +38,9 @@ void writeEngine(const Engine& engine, const std::filesystem::path& path);
 std::string serializeEngine(const Engine& engine);
 Engine readEngine(const std::filesystem::path& path, const std::string& expected_target = "");
 Engine deserializeEngine(const std::string& bytes, const std::string& where, const std::string& expected_target = "");
+// Recomputes the payload length and checksum of serialized engine bytes after an edit, so that tests and the
+// fuzzer reach the loader's checks of what lies behind the checksum.
+void resealEngineBytes(std::string& bytes);
 
 // Is this file an engine (by its magic bytes)?
 bool isEngineFile(const std::filesystem::path& path);

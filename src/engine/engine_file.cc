@@ -371,6 +371,14 @@ Engine deserializeEngine(const std::string& bytes, const std::string& where, con
     return e;
 }
 
+void resealEngineBytes(std::string& bytes) {
+    check(bytes.size() >= kHeaderSize + 8, "resealEngineBytes: not an engine image");
+    const uint64_t payload = bytes.size() - kHeaderSize - 8;
+    std::memcpy(bytes.data() + 16, &payload, 8);
+    const uint64_t sum = fnv1a(bytes.data(), bytes.size() - 8);
+    std::memcpy(bytes.data() + bytes.size() - 8, &sum, 8);
+}
+
 Engine readEngine(const fs::path& path, const std::string& expected_target) {
     check(fs::exists(path), path.string() + ": no such file");
     std::error_code ec;

@@ -1,5 +1,7 @@
 #include "ir/attribute_checks.h"
 
+#include <set>
+
 #include "ir/error.h"
 
 namespace kiln {
@@ -12,6 +14,24 @@ constexpr int64_t kMaxWindow = int64_t(1) << 31;
 
 bool isIntList(const Node& n, const char* name) {
     return n.attrs.has(name) && std::holds_alternative<std::vector<int64_t>>(n.attrs.all().at(name));
+}
+
+// Kiln's fused chain (passes/elementwise_fusion.cc): one entry per step in each list, and
+// each binary step's operand an input of the node other than the chain's start.
+void checkElementwiseChain(const Node& n) {
+    const std::string where = n.describe();
+    const auto* ops = n.attrs.has("ops") ? std::get_if<std::vector<std::string>>(&n.attrs.all().at("ops")) : nullptr;
+    check(ops != nullptr && isIntList(n, "operand") && isIntList(n, "swapped"), where + ": malformed chain attributes (ops, operand, swapped)");
+    const auto operand = n.attrs.getInts("operand");
+    const auto params = n.attrs.getFloats("params");
+    check(operand.size() == ops->size() && n.attrs.getInts("swapped").size() == ops->size() && params.size() == 2 * ops->size(),
+          where + ": malformed chain attributes (one operand, swap flag and two parameters per step)");
+    static const std::set<std::string> binary = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"};  // what the fusion makes binary steps of
+    for (size_t s = 0; s < operand.size(); ++s) {
+        const int64_t k = operand[s];
+        check(k == -1 || (k >= 1 && k < static_cast<int64_t>(n.inputs.size())), where + ": chain operand " + std::to_string(k) + " is not one of the node's inputs");
+        check(k == -1 || binary.count((*ops)[s]), where + ": chain step '" + (*ops)[s] + "' is not a binary operation");
+    }
 }
 
 }  // namespace
@@ -45,6 +65,7 @@ void checkNodeAttributes(const Node& n) {
         check(spatial < 0 || len == 2 * static_cast<size_t>(spatial),
               [&] { return where + ": attribute 'pads' has " + std::to_string(len) + " values for " + std::to_string(spatial) + " spatial dims (needs two each)"; });
     }
+    if (n.op_type == "ElementwiseChain") checkElementwiseChain(n);
     for (const char* name : {"group", "blocksize", "size"})
         if (n.attrs.has(name) && std::holds_alternative<int64_t>(n.attrs.all().at(name)))
             check(n.attrs.getInt(name) > 0 && n.attrs.getInt(name) < kMaxWindow,

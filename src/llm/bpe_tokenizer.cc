@@ -75,6 +75,8 @@ BpeTokenizer BpeTokenizer::parseJson(const nlohmann::json& j, const std::string&
     if (j.contains("added_tokens") && j["added_tokens"].is_array())
         for (const auto& a : j["added_tokens"]) {
             const std::string content = a.value("content", "");
+            check(!a.contains("id") || (a["id"].is_number_integer() && a["id"].get<int64_t>() >= 0 && a["id"].get<int64_t>() < (int64_t(1) << 24)),
+                  where + ": added token '" + content + "' has a bad id " + (a.contains("id") ? a["id"].dump() : ""));
             const int64_t id = a.value("id", int64_t(-1));
             if (content.empty() || id < 0) continue;
             t.added_.emplace_back(content, id);

@@ -57,7 +57,7 @@ std::vector<Tensor> fastLayerNorm(const KernelContext& ctx) {
     const int64_t rank = static_cast<int64_t>(x.rank());
     int64_t axis = ctx.attrs().getInt("axis", -1);
     if (axis < 0) axis += rank;
-    if (x.dtype() != DType::F32 || scale.dtype() != DType::F32 || axis != rank - 1 || ctx.numOutputs() > 1) return referenceFallback(ctx);
+    if (rank == 0 || x.dtype() != DType::F32 || scale.dtype() != DType::F32 || axis != rank - 1 || ctx.numOutputs() > 1) return referenceFallback(ctx);
     const int64_t len = x.dims().back();
     if (scale.numel() != len || (bias && (bias->dtype() != DType::F32 || bias->numel() != len))) return referenceFallback(ctx);
     const float eps = ctx.attrs().getFloat("epsilon", 1e-5f);

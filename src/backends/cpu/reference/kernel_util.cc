@@ -20,7 +20,7 @@ SliceRange sliceRange(int64_t start, int64_t end, int64_t step, int64_t dim) {
 
 int64_t normalizeAxis(int64_t axis, int64_t rank, const KernelContext& ctx) {
     int64_t a = axis < 0 ? axis + rank : axis;
-    ctx.require(a >= 0 && a < std::max<int64_t>(rank, 1), "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+    ctx.require(a >= 0 && a < rank, "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
     return a;
 }
 
