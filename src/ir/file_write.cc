@@ -27,6 +27,18 @@ void writeAll(int fd, std::string_view bytes, const std::filesystem::path& path)
     }
 }
 
+// Writes, syncs and closes `fd`; closes it on failure too.
+void writeSyncClose(int fd, std::string_view bytes, const std::filesystem::path& path) {
+    try {
+        writeAll(fd, bytes, path);
+        if (::fsync(fd) != 0) fail(path, "cannot write the file to disk", errno);
+    } catch (...) {
+        ::close(fd);
+        throw;
+    }
+    if (::close(fd) != 0) fail(path, "cannot write the file to disk", errno);
+}
+
 }  // namespace
 
 void writeFileAtomically(const std::filesystem::path& path, std::string_view bytes) {
@@ -34,17 +46,10 @@ void writeFileAtomically(const std::filesystem::path& path, std::string_view byt
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) fail(path, "cannot create the file", errno);
     try {
-        writeAll(fd, bytes, path);
-        if (::fsync(fd) != 0) fail(path, "cannot write the file to disk", errno);
+        writeSyncClose(fd, bytes, path);
     } catch (...) {
-        ::close(fd);
         ::unlink(temp.c_str());
         throw;
-    }
-    if (::close(fd) != 0) {
-        const int err = errno;
-        ::unlink(temp.c_str());
-        fail(path, "cannot write the file to disk", err);
     }
     if (::rename(temp.c_str(), path.c_str()) != 0) {
         const int err = errno;
@@ -56,14 +61,7 @@ void writeFileAtomically(const std::filesystem::path& path, std::string_view byt
 void appendToFile(const std::filesystem::path& path, std::string_view bytes) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) fail(path, "cannot open the file for appending", errno);
-    try {
-        writeAll(fd, bytes, path);
-        if (::fsync(fd) != 0) fail(path, "cannot write the file to disk", errno);
-    } catch (...) {
-        ::close(fd);
-        throw;
-    }
-    if (::close(fd) != 0) fail(path, "cannot write the file to disk", errno);
+    writeSyncClose(fd, bytes, path);
 }
 
 }  // namespace kiln

@@ -10,6 +10,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 namespace kiln::testing {
 
@@ -43,5 +44,25 @@ struct ServerProcess {
         }
     }
 };
+
+// POSTs `body` (a streamed request) to `path` on its own connection and hangs up after the
+// first chunk of the answer, as a client that goes away.
+inline void streamThenHangUp(int port, const std::string& path, const std::string& body) {
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.body = body;
+    req.set_header("Content-Type", "application/json");
+    bool first = true;
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+        const bool more = !first;
+        first = false;
+        return more;
+    };
+    httplib::Response res;
+    httplib::Error err;
+    httplib::Client dropping("127.0.0.1", port);
+    dropping.send(req, res, err);
+}
 
 }  // namespace kiln::testing

@@ -152,21 +152,7 @@ TEST(LlmServer, OpenAiEndpointsStreamingErrorsAndLoad) {
                 const std::vector<int64_t> p = {static_cast<int64_t>((t * 7 + k) % 37), static_cast<int64_t>((t + 3 * k) % 37), 4};
                 const int64_t n = 2 + (t + k) % 5;
                 if ((t + k) % 3 == 0) {  // stream, then hang up after the first chunk
-                    httplib::Request req;
-                    req.method = "POST";
-                    req.path = "/v1/completions";
-                    req.body = json{{"prompt", p}, {"max_tokens", 20}, {"temperature", 0}, {"stream", true}}.dump();
-                    req.set_header("Content-Type", "application/json");
-                    bool first = true;
-                    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-                        const bool more = !first;
-                        first = false;
-                        return more;
-                    };
-                    httplib::Response res;
-                    httplib::Error err;
-                    httplib::Client dropping("127.0.0.1", server.port);  // its own connection, as a client that goes away
-                    dropping.send(req, res, err);
+                    kiln::testing::streamThenHangUp(server.port, "/v1/completions", json{{"prompt", p}, {"max_tokens", 20}, {"temperature", 0}, {"stream", true}}.dump());
                     ++cancelled;
                     continue;
                 }

@@ -198,6 +198,13 @@ TEST_F(ServerReliability, SplitCharactersStreamAsValidUtf8) {
     }
     EXPECT_GT(split, 0) << "no completion held a split character: the test proves nothing";
     ASSERT_TRUE(cli.Get("/health"));
+    // `kiln generate` prints the same text, as JSON and streamed to the terminal.
+    for (const char* mode : {" --json", ""}) {
+        std::string out;
+        ASSERT_EQ(kiln::testing::runCommand(std::string(KILN_BIN) + " generate " + dir_->string() + " --tokens 30,31,32 --max-tokens 24" + mode + " 2>/dev/null", &out), 0) << out;
+        EXPECT_TRUE(validUtf8(out)) << out;
+        if (*mode) EXPECT_FALSE(json::parse(out, nullptr, false).is_discarded()) << out;
+    }
 }
 
 TEST_F(ServerReliability, BadFieldsGetJsonErrorsAndTheRestIsServed) {
@@ -359,21 +366,7 @@ TEST_F(ServerReliability, MixedLoadWithSlowClientsAndSigterm) {
                         break;
                     }
                     default: {  // streamed, then the client goes away after the first event
-                        httplib::Request req;
-                        req.method = "POST";
-                        req.path = "/v1/completions";
-                        req.body = json{{"prompt", prompt}, {"max_tokens", 30}, {"stream", true}}.dump();
-                        req.set_header("Content-Type", "application/json");
-                        bool first = true;
-                        req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-                            const bool more = !first;
-                            first = false;
-                            return more;
-                        };
-                        httplib::Response res;
-                        httplib::Error err;
-                        httplib::Client dropping("127.0.0.1", server.port);
-                        dropping.send(req, res, err);
+                        kiln::testing::streamThenHangUp(server.port, "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 30}, {"stream", true}}.dump());
                         ++dropped;
                     }
                 }
