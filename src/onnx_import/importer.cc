@@ -96,8 +96,10 @@ void checkArity(const Node& n, int64_t opset) {
     const int ins = static_cast<int>(n.inputs.size()), outs = static_cast<int>(n.outputs.size());
     // The schemas stop at opset 17 (libonnx 1.12); opset 18 moved the Reduce ops' axes (all
     // but ReduceSum, moved in 13) to an optional second input, which the kernels read.
+    // Pad gained its optional axes input (a fourth) in opset 18 too.
     const bool axes_input = opset >= 18 && n.op_type.rfind("Reduce", 0) == 0 && n.op_type != "ReduceSum";
-    const int max_ins = axes_input ? std::max(schema->max_input(), 2) : schema->max_input();
+    const bool pad_axes = opset >= 18 && n.op_type == "Pad";
+    const int max_ins = axes_input ? std::max(schema->max_input(), 2) : pad_axes ? std::max(schema->max_input(), 4) : schema->max_input();
     check(ins >= schema->min_input() && ins <= max_ins, n.describe() + ": has " + std::to_string(ins) + " inputs, the operator takes " +
                                                             std::to_string(schema->min_input()) + " to " + std::to_string(max_ins));
     check(outs >= schema->min_output() && outs <= schema->max_output(), n.describe() + ": has " + std::to_string(outs) + " outputs, the operator produces " +

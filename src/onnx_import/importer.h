@@ -9,7 +9,7 @@
 namespace kiln {
 
 constexpr int64_t kMinOpset = 1;
-constexpr int64_t kMaxOpset = 18;
+constexpr int64_t kMaxOpset = 21;
 
 // Loads an .onnx file (external data is read from the model's folder), checks every node
 // against the supported operator set and reports all unsupported nodes in one Error, runs

@@ -1,6 +1,9 @@
-// Pad (constant / reflect / edge) and Resize / Upsample (nearest, linear, cubic; every
-// ONNX coordinate transformation mode up to opset 18 except antialiasing).
+// Pad (constant / reflect / edge / wrap) and Resize / Upsample (nearest, linear, cubic; every
+// ONNX coordinate transformation mode up to opset 21, the axes and keep_aspect_ratio_policy
+// attributes; not antialiasing).
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 
 #include "backends/cpu/reference/kernel_util.h"
@@ -40,7 +43,7 @@ std::vector<Tensor> pad(const KernelContext& ctx) {
         ctx.require(mode != "reflect" || x.dims()[d] > std::max(begin[d], end[d]) || (begin[d] <= 0 && end[d] <= 0),
                     "reflect padding must be smaller than the axis");
     }
-    ctx.require(mode == "constant" || mode == "reflect" || mode == "edge", "unsupported pad mode '" + mode + "'");
+    ctx.require(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap", "unsupported pad mode '" + mode + "'");
     const Dims xs = stridesOf(x.dims());
     return {dispatchDType(x.dtype(), ctx.node.describe(), [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -58,6 +61,7 @@ std::vector<Tensor> pad(const KernelContext& ctx) {
                 if (p < 0 || p >= n) {
                     if (mode == "constant" || n == 0) outside = true;
                     else if (mode == "edge") p = std::clamp<int64_t>(p, 0, n - 1);
+                    else if (mode == "wrap") p = ((p % n) + n) % n;
                     else {
                         const int64_t period = 2 * (n - 1);
                         p = period ? ((p % period) + period) % period : 0;
@@ -91,6 +95,10 @@ struct ResizeOptions {
 double originalCoordinate(const ResizeOptions& o, double x, double scale, int64_t in, int64_t out, double roi_start, double roi_end) {
     const double out_len = static_cast<double>(in) * scale;
     if (o.coord == "half_pixel") return (x + 0.5) / scale - 0.5;
+    if (o.coord == "half_pixel_symmetric") {  // opset 19: half_pixel, centred when the size was rounded
+        const double adjustment = static_cast<double>(out) / out_len;
+        return 0.5 * static_cast<double>(in) * (1 - adjustment) + (x + 0.5) / scale - 0.5;
+    }
     if (o.coord == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
     if (o.coord == "pytorch_half_pixel") return out > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
     if (o.coord == "align_corners") return out_len == 1 ? 0.0 : x * static_cast<double>(in - 1) / (out_len - 1);
@@ -103,8 +111,10 @@ double originalCoordinate(const ResizeOptions& o, double x, double scale, int64_
 int64_t nearestIndex(const ResizeOptions& o, double x, double scale) {
     if (o.nearest == "floor") return static_cast<int64_t>(std::floor(x));
     if (o.nearest == "ceil") return static_cast<int64_t>(std::ceil(x));
+    // A tie within rounding error is a tie: coordinates such as half_pixel_symmetric's land
+    // on .5 exactly in real arithmetic, and ONNX Runtime resolves them by the nearest mode.
     const double frac = x - std::floor(x);
-    if (frac == 0.5) return static_cast<int64_t>(o.nearest == "round_prefer_ceil" ? std::ceil(x) : std::floor(x));
+    if (std::fabs(frac - 0.5) < 1e-6) return static_cast<int64_t>(o.nearest == "round_prefer_ceil" ? std::ceil(x) : std::floor(x));
     (void)scale;
     return static_cast<int64_t>(std::round(x));
 }
@@ -224,11 +234,57 @@ std::vector<Tensor> resize(const KernelContext& ctx) {
         scales = (ctx.hasInput(2) ? ctx.input(2).toDoubleVector() : std::vector<double>{});
         if (const Tensor* s = ctx.optionalInput(3); s && s->numel() > 0) sizes = s->toInt64Vector();
     }
+    // Opset 18's axes: scales, sizes and roi name only those axes; the others keep their size.
+    std::vector<int64_t> axes;
+    for (int64_t a : ctx.attrs().getInts("axes")) axes.push_back(normalizeAxis(a, static_cast<int64_t>(rank), ctx));
+    if (!axes.empty()) {
+        const size_t given = !sizes.empty() ? sizes.size() : scales.size();
+        ctx.require(given == axes.size(), "scales or sizes must have one value per axis in 'axes'");
+        ctx.require(roi.empty() || roi.size() == 2 * axes.size(), "roi must have two values per axis in 'axes'");
+        std::vector<double> full_scales(rank, 1.0), full_roi;
+        std::vector<int64_t> full_sizes(x.dims().begin(), x.dims().end());
+        if (!roi.empty()) {
+            full_roi.assign(2 * rank, 0.0);
+            for (size_t d = 0; d < rank; ++d) full_roi[d + rank] = 1.0;
+        }
+        for (size_t i = 0; i < axes.size(); ++i) {
+            if (!sizes.empty()) full_sizes[static_cast<size_t>(axes[i])] = sizes[i];
+            else full_scales[static_cast<size_t>(axes[i])] = scales[i];
+            if (!roi.empty()) full_roi[static_cast<size_t>(axes[i])] = roi[i], full_roi[static_cast<size_t>(axes[i]) + rank] = roi[i + axes.size()];
+        }
+        if (!sizes.empty()) sizes = full_sizes;
+        else scales = full_scales;
+        roi = full_roi;
+    }
     Dims out_dims(rank);
-    if (!sizes.empty()) {
+    const std::string policy = ctx.attrs().getString("keep_aspect_ratio_policy", "stretch");
+    ctx.require(policy == "stretch" || policy == "not_larger" || policy == "not_smaller", "unsupported keep_aspect_ratio_policy '" + policy + "'");
+    if (!sizes.empty() && policy != "stretch") {
+        // One scale for the resized axes, the largest (smallest) that keeps every one within
+        // (beyond) its requested size; sizes then follow from it, rounded half up.
+        ctx.require(sizes.size() == rank, "sizes must have one value per input dim");
+        double scale = policy == "not_larger" ? std::numeric_limits<double>::infinity() : 0.0;
+        for (size_t d = 0; d < rank; ++d) {
+            if (!axes.empty() && std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) == axes.end()) continue;
+            const double s = static_cast<double>(sizes[d]) / static_cast<double>(x.dims()[d]);
+            scale = policy == "not_larger" ? std::min(scale, s) : std::max(scale, s);
+        }
+        scales.assign(rank, 1.0);
+        for (size_t d = 0; d < rank; ++d) {
+            if (!axes.empty() && std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) == axes.end()) {
+                out_dims[d] = x.dims()[d];
+                continue;
+            }
+            scales[d] = scale;
+            const double n = std::floor(scale * static_cast<double>(x.dims()[d]) + 0.5);
+            ctx.require(n >= 0 && n < 9.2e18, "keep_aspect_ratio_policy gives an output size out of range");
+            out_dims[d] = static_cast<int64_t>(n);
+        }
+    } else if (!sizes.empty()) {
         ctx.require(sizes.size() == rank, "sizes must have one value per input dim");
         scales.resize(rank);
         for (size_t d = 0; d < rank; ++d) {
+            ctx.require(sizes[d] >= 0, "sizes must not be negative");
             out_dims[d] = sizes[d];
             scales[d] = static_cast<double>(sizes[d]) / static_cast<double>(x.dims()[d]);
         }
