@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -44,6 +45,20 @@ struct ServerProcess {
         }
     }
 };
+
+// The data of each server-sent event in `body`, up to "data: [DONE]".
+inline std::vector<std::string> sseEvents(const std::string& body) {
+    std::vector<std::string> events;
+    for (size_t at = 0; (at = body.find("data: ", at)) != std::string::npos;) {
+        const size_t end = body.find("\n\n", at);
+        std::string data = body.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
+        if (data == "[DONE]") break;
+        events.push_back(std::move(data));
+        if (end == std::string::npos) break;
+        at = end;
+    }
+    return events;
+}
 
 // POSTs `body` (a streamed request) to `path` on its own connection and hangs up after the
 // first chunk of the answer, as a client that goes away.

@@ -108,12 +108,7 @@ TEST(LlmServer, OpenAiEndpointsStreamingErrorsAndLoad) {
     auto s = cli.Post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"stream", true}}.dump(), "application/json");
     ASSERT_TRUE(s);
     std::vector<int64_t> streamed;
-    size_t at = 0;
-    while ((at = s->body.find("data: ", at)) != std::string::npos) {
-        const size_t end = s->body.find("\n\n", at);
-        const std::string data = s->body.substr(at + 6, end - at - 6);
-        at = end;
-        if (data == "[DONE]") break;
+    for (const std::string& data : kiln::testing::sseEvents(s->body)) {
         const json chunk = json::parse(data);  // kept alive: the loop reads into it
         for (int64_t t : chunk["choices"][0]["token_ids"]) streamed.push_back(t);
     }

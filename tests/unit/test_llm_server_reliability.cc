@@ -182,12 +182,7 @@ TEST_F(ServerReliability, SplitCharactersStreamAsValidUtf8) {
         ASSERT_TRUE(s);
         ASSERT_EQ(s->status, 200);
         std::string streamed;
-        size_t at = 0;
-        while ((at = s->body.find("data: ", at)) != std::string::npos) {
-            const size_t end = s->body.find("\n\n", at);
-            const std::string data = s->body.substr(at + 6, end - at - 6);
-            at = end;
-            if (data == "[DONE]") break;
+        for (const std::string& data : kiln::testing::sseEvents(s->body)) {
             const json chunk = json::parse(data, nullptr, false);
             ASSERT_FALSE(chunk.is_discarded()) << "an event is not valid JSON: " << data;
             const json& c = chunk["choices"][0];
@@ -336,8 +331,8 @@ TEST_F(ServerReliability, MixedLoadWithSlowClientsAndSigterm) {
                         }
                         std::vector<int64_t> tokens;
                         if (stream) {
-                            for (size_t at = 0; (at = r->body.find("data: {", at)) != std::string::npos; ++at) {
-                                const json chunk = json::parse(r->body.substr(at + 6, r->body.find("\n\n", at) - at - 6));  // kept alive: the loop reads into it
+                            for (const std::string& data : kiln::testing::sseEvents(r->body)) {
+                                const json chunk = json::parse(data);  // kept alive: the loop reads into it
                                 for (int64_t id : chunk["choices"][0]["token_ids"]) tokens.push_back(id);
                             }
                         } else {
