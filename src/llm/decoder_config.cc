@@ -11,6 +11,20 @@ namespace kiln::llm {
 
 namespace {
 
+// eos_token_id as Hugging Face writes it: an id, a list of ids, or null.
+std::vector<int64_t> eosIds(const nlohmann::json& j, const std::string& where) {
+    if (!j.contains("eos_token_id") || j["eos_token_id"].is_null()) return {};
+    const nlohmann::json& v = j["eos_token_id"];
+    auto id = [&](const nlohmann::json& x) {
+        check(x.is_number_integer() && x.get<double>() >= 0 && x.get<double>() < 2147483648.0, where + ": 'eos_token_id' must be a token id or a list of them, got " + v.dump());
+        return x.get<int64_t>();
+    };
+    if (!v.is_array()) return {id(v)};
+    std::vector<int64_t> ids;
+    for (const auto& x : v) ids.push_back(id(x));
+    return ids;
+}
+
 DecoderConfig parseConfig(const nlohmann::json& j, const std::string& where) {
     check(j.is_object(), where + ": not a JSON object");
     // Sizes are positive and below 2^31 (products of them size the weights); scales and
@@ -81,6 +95,8 @@ DecoderConfig parseConfig(const nlohmann::json& j, const std::string& where) {
     check(c.heads % c.kv_heads == 0, where + ": attention heads are not a multiple of the key/value heads");
     c.head_dim = integer({"head_dim"}, c.hidden / c.heads);
     check(c.family == Family::Gpt2 || c.head_dim % 2 == 0, where + ": RoPE needs an even head size");
+    c.eos_token_ids = eosIds(j, where);
+    for (int64_t id : c.eos_token_ids) check(id < c.vocab, where + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary");
     return c;
 }
 
@@ -100,7 +116,20 @@ DecoderConfig DecoderConfig::load(const std::filesystem::path& path) {
     check(in.good(), path.string() + ": cannot open");
     std::stringstream ss;
     ss << in.rdbuf();
-    return parse(ss.str(), path.string());
+    DecoderConfig c = parse(ss.str(), path.string());
+    const std::filesystem::path gen = path.parent_path() / "generation_config.json";
+    if (std::filesystem::is_regular_file(gen)) {  // what generate() uses in transformers: it wins
+        std::ifstream g(gen);
+        std::stringstream gs;
+        gs << g.rdbuf();
+        const nlohmann::json j = nlohmann::json::parse(gs.str(), nullptr, false);
+        check(j.is_object(), gen.string() + ": not a JSON object");
+        if (j.contains("eos_token_id") && !j["eos_token_id"].is_null()) {
+            c.eos_token_ids = eosIds(j, gen.string());
+            for (int64_t id : c.eos_token_ids) check(id < c.vocab, gen.string() + ": eos_token_id " + std::to_string(id) + " is outside the vocabulary");
+        }
+    }
+    return c;
 }
 
 }  // namespace kiln::llm

@@ -4,6 +4,7 @@
 #pragma once
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace kiln::llm {
 
@@ -15,9 +16,13 @@ struct DecoderConfig {
     float norm_eps = 1e-5f;
     float rope_theta = 10000.f;
     bool tie_embeddings = true;
+    // End-of-sequence ids: generation stops after one unless a request ignores them.
+    // config.json's eos_token_id (an id or a list), overridden by generation_config.json's.
+    std::vector<int64_t> eos_token_ids;
 
     // Parses config.json text; `where` names the file in errors.
     static DecoderConfig parse(const std::string& json_text, const std::string& where);
+    // Reads config.json at `path` and, when present beside it, generation_config.json.
     static DecoderConfig load(const std::filesystem::path& path);
 };
 

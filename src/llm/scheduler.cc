@@ -17,6 +17,9 @@ int64_t Scheduler::add(Request r) {
     for (int64_t t : r.prompt)  // checked here so one bad request never fails a batch
         check(t >= 0 && t < model_.config().vocab, "token id " + std::to_string(t) + " outside the vocabulary of " + std::to_string(model_.config().vocab));
     Sampler sampler(r.sampling);  // validates the sampling parameters now, not mid-batch
+    if (!r.ignore_eos)
+        for (int64_t eos : model_.config().eos_token_ids)
+            if (std::find(r.stop_tokens.begin(), r.stop_tokens.end(), eos) == r.stop_tokens.end()) r.stop_tokens.push_back(eos);
     const int64_t kv_tokens = options_.num_blocks * options_.block_size;
     const int64_t limit = std::min(model_.config().max_positions, kv_tokens);
     const int64_t prompt = static_cast<int64_t>(r.prompt.size());

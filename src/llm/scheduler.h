@@ -20,6 +20,7 @@ struct Request {
     std::vector<int64_t> prompt;
     int64_t max_tokens = 16;
     std::vector<int64_t> stop_tokens;
+    bool ignore_eos = false;  // else the model's eos_token_ids end it too (vLLM's ignore_eos)
     SamplingParams sampling;
 };
 

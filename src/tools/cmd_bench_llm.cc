@@ -60,6 +60,7 @@ void execute(BenchLlmOptions& o) {
             llm::Request r;
             for (int64_t k = 0; k < o.input_len; ++k) r.prompt.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(m.model->config().vocab)));
             r.max_tokens = o.output_len;
+            r.ignore_eos = true;  // fixed output lengths, as vLLM's benchmark runs
             started[next] = now_ms();
             const int64_t id = sched.add(r);
             request_of[id] = next++;

@@ -80,6 +80,7 @@ void addGenerateCommand(CLI::App& app) {
     cmd->add_option("--repetition-penalty", o->request.sampling.repetition_penalty, "> 1 discourages repeats");
     cmd->add_option("--seed", o->request.sampling.seed, "Sampling seed");
     cmd->add_option("--stop-token", o->request.stop_tokens, "Token ids that end generation (repeatable)");
+    cmd->add_flag("--ignore-eos", o->request.ignore_eos, "Do not stop at the model's end-of-sequence ids (eos_token_id)");
     cmd->add_flag("--json", o->json, "Print the result as JSON instead of streaming text");
     cmd->callback([o] { execute(*o); });
 }

@@ -446,3 +446,44 @@ TEST(LlmCli, GenerateAndBenchLlm) {
     fs::remove_all(dir);
 }
 
+
+// eos_token_id from config.json (an id or a list), overridden by generation_config.json,
+// ends generation like a stop token; ignore_eos runs to max_tokens.
+TEST(LlmEos, ConfigAndGenerationConfigIdsStopGeneration) {
+    const DecoderConfig c = tinyConfig(Family::Gpt2);
+    const Weights w = randomWeights(c, 31);
+    const fs::path dir = writeModel(c, w, "eos");
+    const std::vector<int64_t> prompt = {3, 1, 4};
+    const auto free_run = greedyThroughScheduler(DecoderModel::load(dir), SchedulerOptions{}, {prompt}, 8)[0];
+    ASSERT_EQ(free_run.size(), 8u);
+    const int64_t eos = free_run[2];
+    size_t first = 0;  // where either end id first appears
+    while (free_run[first] != eos && free_run[first] != 36) ++first;
+    auto run = [&](bool ignore_eos) {
+        const DecoderModel m = DecoderModel::load(dir);
+        Scheduler s(m, SchedulerOptions{});
+        Request r;
+        r.prompt = prompt, r.max_tokens = 8, r.ignore_eos = ignore_eos;
+        const int64_t id = s.add(r);
+        s.runToCompletion();
+        return s.state(id);
+    };
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+    config["eos_token_id"] = {36, eos};
+    std::ofstream(dir / "config.json") << config.dump();
+    EXPECT_EQ(DecoderModel::load(dir).config().eos_token_ids, (std::vector<int64_t>{36, eos}));
+    const RequestState stopped = run(false);
+    EXPECT_EQ(stopped.finished, FinishReason::Stop);
+    EXPECT_EQ(stopped.output, std::vector<int64_t>(free_run.begin(), free_run.begin() + static_cast<std::ptrdiff_t>(first) + 1));
+    EXPECT_EQ(run(true).output, free_run);
+    // generation_config.json wins over config.json.
+    std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": 36})";
+    EXPECT_EQ(DecoderModel::load(dir).config().eos_token_ids, (std::vector<int64_t>{36}));
+    std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": "x"})";
+    EXPECT_THROW(DecoderModel::load(dir), Error);
+    config["eos_token_id"] = 99;  // past the vocabulary
+    std::ofstream(dir / "config.json") << config.dump();
+    fs::remove(dir / "generation_config.json");
+    EXPECT_THROW(DecoderModel::load(dir), Error);
+    fs::remove_all(dir);
+}

@@ -216,6 +216,7 @@ TEST_F(ServerReliability, BadFieldsGetJsonErrorsAndTheRestIsServed) {
         EXPECT_EQ(j["error"][field], value) << payload << " -> " << e->body;
     };
     expectError("/v1/completions", R"({"prompt": [1], "stream": "yes"})", 400, "param", "stream");
+    expectError("/v1/completions", R"({"prompt": [1], "ignore_eos": 1})", 400, "param", "ignore_eos");
     expectError("/v1/completions", R"({"prompt": [1], "max_tokens": 9223372036854775807})", 400, "code", "context_length_exceeded");
     expectError("/v1/completions", R"({"prompt": [1], "max_tokens": 18446744073709551615})", 400, "param", "max_tokens");
     expectError("/v1/completions", R"({"prompt": [1], "max_tokens": 2.5})", 400, "param", "max_tokens");

@@ -92,6 +92,7 @@ ParsedRequest parseRequest(const json& body, bool chat, const ServedModel& m) {
     }
     ParsedRequest out;
     out.stream = field(body, "stream", false);
+    out.request.ignore_eos = field(body, "ignore_eos", false);
     Request& r = out.request;
     r.max_tokens = field(body, "max_tokens", int64_t(16));
     r.sampling.temperature = field(body, "temperature", 1.0f);
