@@ -80,6 +80,7 @@ BpeTokenizer BpeTokenizer::parseJson(const nlohmann::json& j, const std::string&
             const int64_t id = a.value("id", int64_t(-1));
             if (content.empty() || id < 0) continue;
             t.added_.emplace_back(content, id);
+            if (a.contains("special") && a["special"].is_boolean() && a["special"].get<bool>()) t.special_.insert(id);
             if (static_cast<int64_t>(t.id_to_token_.size()) <= id) t.id_to_token_.resize(id + 1);
             t.id_to_token_[id] = content;
         }

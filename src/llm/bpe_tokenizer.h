@@ -4,6 +4,7 @@
 #pragma once
 #include <filesystem>
 #include <map>
+#include <set>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <unordered_map>
@@ -21,6 +22,7 @@ public:
     std::string decode(const std::vector<int64_t>& ids) const override;
     int64_t vocabSize() const override { return static_cast<int64_t>(id_to_token_.size()); }
     size_t maxTokenBytes() const override { return max_token_bytes_; }
+    bool isSpecial(int64_t id) const override { return special_.count(id) != 0; }
 
 private:
     static BpeTokenizer parseJson(const nlohmann::json& j, const std::string& where);
@@ -33,6 +35,7 @@ private:
     std::string byte_to_char_[256];
     std::unordered_map<std::string, unsigned char> char_to_byte_;
     size_t max_token_bytes_ = 1;
+    std::set<int64_t> special_;  // added tokens marked "special"
 };
 
 }  // namespace kiln::llm

@@ -32,6 +32,7 @@ private:
 };
 
 // The text of a whole completion, with invalid bytes as U+FFFD ("" without a tokenizer).
+// Both leave special tokens out of the text (their ids still reach clients as token ids).
 std::string decodeText(const Tokenizer* tokenizer, const std::vector<int64_t>& tokens);
 
 }  // namespace kiln::llm

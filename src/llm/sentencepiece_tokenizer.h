@@ -37,6 +37,7 @@ public:
     std::vector<int64_t> encode(const std::string& text) const override;
     std::string decode(const std::vector<int64_t>& ids) const override;
     int64_t vocabSize() const override { return static_cast<int64_t>(pieces_.size()); }
+    bool isSpecial(int64_t id) const override { return id >= 0 && id < vocabSize() && pieces_[static_cast<size_t>(id)].type == PieceType::Control; }
     const std::vector<Piece>& pieces() const { return pieces_; }
 
 private:

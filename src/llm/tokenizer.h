@@ -20,6 +20,9 @@ public:
     // The most text bytes one token can stand for (0: no bound), so that a prompt too long
     // for the context can be refused before tokenizing it.
     virtual size_t maxTokenBytes() const { return 0; }
+    // Special tokens (end-of-text, chat markers): generated text leaves them out, as
+    // Hugging Face's decode(skip_special_tokens=True) and vLLM do.
+    virtual bool isSpecial(int64_t id) const { return false; }
 };
 
 // The tokenizer of a Hugging Face model folder: tokenizer.json (byte-level BPE) when

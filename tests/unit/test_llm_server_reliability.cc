@@ -96,6 +96,14 @@ TEST(Detokenizer, StreamedPiecesAreWholeCharactersOfTheText) {
     EXPECT_EQ(d.add(std::vector<int64_t>{24, 25}), "");
     EXPECT_EQ(d.finish(), kFffd) << "a character never completed ends as U+FFFD";
     EXPECT_EQ(IncrementalDetokenizer(nullptr).add(emoji), "");
+    // Special added tokens stay out of generated text (skip_special_tokens, as vLLM does).
+    json j = json::parse(tokenizerJson());
+    j["added_tokens"] = {{{"id", 36}, {"content", "<|end|>"}, {"special", true}}};
+    const BpeTokenizer special = BpeTokenizer::parse(j.dump(), "tokenizer.json");
+    EXPECT_EQ(special.decode({0, 36}), "a<|end|>");
+    EXPECT_EQ(decodeText(&special, {0, 36, 1}), "ab");
+    IncrementalDetokenizer s(&special);
+    EXPECT_EQ(s.add(std::vector<int64_t>{0, 36}) + s.add(std::vector<int64_t>{36}) + s.add(std::vector<int64_t>{1}) + s.finish(), "ab");
 }
 
 // The heap-based merge gives the plain O(n^2) loop's pieces (lowest rank, leftmost first).
