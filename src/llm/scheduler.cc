@@ -24,8 +24,8 @@ int64_t Scheduler::add(Request r) {
     const int64_t limit = std::min(model_.config().max_positions, kv_tokens);
     const int64_t prompt = static_cast<int64_t>(r.prompt.size());
     // A sequence that could outgrow the whole KV cache would fail every step it runs in:
-    // refused here, alone. The last token generated is never fed back, so needs no slot.
-    const int64_t needed = prompt + std::min(r.max_tokens, std::max<int64_t>(0, model_.config().max_positions - prompt)) - 1;
+    // refused here, alone.
+    const int64_t needed = kvSlotsNeeded(prompt, r.max_tokens, model_.config().max_positions);
     check(prompt >= limit || needed <= kv_tokens, [&] {
         return "the request needs " + std::to_string(needed) + " tokens of KV cache and the whole cache holds " + std::to_string(kv_tokens) +
                " (num_blocks x block_size): lower max_tokens or raise num_blocks";

@@ -5,6 +5,7 @@
 // back to the front of the queue with the tokens it generated, to be recomputed later, so
 // no request is lost or changed. Stop tokens, max_tokens and cancellation end requests.
 #pragma once
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -25,6 +26,13 @@ struct Request {
 };
 
 enum class FinishReason { None, Length, Stop, Cancelled, ContextLength };
+
+// The KV-cache slots a request can come to need: its prompt and generated tokens up to
+// the context, less the last token generated, which is never fed back. The scheduler
+// refuses a request whose need passes the whole cache; the server checks it first.
+inline int64_t kvSlotsNeeded(int64_t prompt_tokens, int64_t max_tokens, int64_t max_positions) {
+    return prompt_tokens + std::min(max_tokens, std::max<int64_t>(0, max_positions - prompt_tokens)) - 1;
+}
 
 struct RequestState {
     int64_t id = 0;

@@ -46,7 +46,8 @@ int64_t externalNumber(const std::string& value, const std::string& key, const s
     return v;
 }
 
-void readExternal(const onnx::TensorProto& proto, const fs::path& base_dir, DType dtype, const Dims& dims, Tensor& t) {
+// Reads `bytes` (the checked size of dtype x dims) of external data into a new tensor.
+Tensor readExternal(const onnx::TensorProto& proto, const fs::path& base_dir, DType dtype, const Dims& dims, size_t bytes) {
     std::string location;
     int64_t offset = 0, length = -1;
     for (const auto& kv : proto.external_data()) {
@@ -61,16 +62,17 @@ void readExternal(const onnx::TensorProto& proto, const fs::path& base_dir, DTyp
     check(fs::is_regular_file(file, ec), "tensor '" + proto.name() + "': external data " + file.string() + " is not a regular file");
     const int64_t file_size = static_cast<int64_t>(fs::file_size(file, ec));
     check(!ec, "tensor '" + proto.name() + "': cannot read the size of external data file " + file.string());
-    const int64_t want = static_cast<int64_t>(tensorBytes(dtype, dims, "tensor '" + proto.name() + "'"));
+    const int64_t want = static_cast<int64_t>(bytes);
     check(length < 0 || length == want, "tensor '" + proto.name() + "': external data length " + std::to_string(length) + " does not match " +
                                             std::string(dtypeName(dtype)) + dimsToString(dims));
     check(offset <= file_size && want <= file_size - offset, "tensor '" + proto.name() + "': external data file " + file.string() + " is too short");
     std::ifstream in(file, std::ios::binary);
     check(in.good(), "tensor '" + proto.name() + "': cannot open external data file " + file.string());
-    t = Tensor::uninitialized(dtype, dims);
+    Tensor t = Tensor::uninitialized(dtype, dims);
     in.seekg(offset);
     in.read(reinterpret_cast<char*>(t.raw()), want);
     check(in.good(), "tensor '" + proto.name() + "': failed to read external data from " + file.string());
+    return t;
 }
 
 template <typename T, typename Field>
@@ -114,11 +116,8 @@ Tensor tensorFromProto(const onnx::TensorProto& proto, const fs::path& base_dir)
     // The size is checked, and matched against the data the proto holds, before any allocation.
     const size_t bytes = tensorBytes(dtype, dims, "tensor '" + name + "'");
     const int64_t numel = numElements(dims);
+    if (proto.data_location() == onnx::TensorProto::EXTERNAL) return readExternal(proto, base_dir, dtype, dims, bytes);
     Tensor t;
-    if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
-        readExternal(proto, base_dir, dtype, dims, t);
-        return t;
-    }
     if (proto.has_raw_data()) {
         check(proto.raw_data().size() == bytes, "tensor '" + name + "': raw data has " + std::to_string(proto.raw_data().size()) + " bytes, expected " + std::to_string(bytes) +
                                                     " for " + std::string(dtypeName(dtype)) + dimsToString(dims));

@@ -123,9 +123,9 @@ ParsedRequest parseRequest(const json& body, bool chat, const ServedModel& m) {
                        "This model's maximum context length is " + std::to_string(m.max_positions) + " tokens; the request asks for " +
                            std::to_string(prompt) + " prompt + " + std::to_string(r.max_tokens) + " completion tokens",
                        "context_length_exceeded", "max_tokens"};
-    if (prompt + r.max_tokens - 1 > m.kv_tokens)  // the last token is never fed back, so needs no slot
+    if (const int64_t needed = kvSlotsNeeded(prompt, r.max_tokens, m.max_positions); needed > m.kv_tokens)
         throw ApiError{400,
-                       "the request needs " + std::to_string(prompt + r.max_tokens - 1) + " tokens of KV cache and the whole cache holds " +
+                       "the request needs " + std::to_string(needed) + " tokens of KV cache and the whole cache holds " +
                            std::to_string(m.kv_tokens) + " (the server's --num-blocks x --block-size); lower max_tokens or shorten the prompt",
                        "kv_cache_exceeded", "max_tokens"};
     return out;
