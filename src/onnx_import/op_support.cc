@@ -34,6 +34,8 @@ const std::vector<OpSupport>& supportedOps() {
         {"Shape", 1}, {"Size", 1}, {"ConstantOfShape", 9}, {"Constant", 1}, {"Range", 11}, {"Resize", 10},
         {"Upsample", 7}, {"Einsum", 12}, {"DepthToSpace", 1}, {"SpaceToDepth", 1}, {"Trilu", 14}, {"OneHot", 9},
         {"EyeLike", 9}, {"NonZero", 9}, {"Compress", 9},
+        // detection
+        {"NonMaxSuppression", 10},
         // losses (used by exported training-aware graphs; inference semantics)
         {"NegativeLogLikelihoodLoss", 12}, {"SoftmaxCrossEntropyLoss", 12},
     };

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "engine/coverage.h"
 #include "runtime/context.h"
 #include "tools/commands.h"
 #include "tools/engine_source.h"
@@ -79,6 +80,13 @@ void execute(BenchOptions& o) {
                         {"p90", percentile(ms, 90)}, {"p95", percentile(ms, 95)}, {"p99", percentile(ms, 99)}, {"max", *std::max_element(ms.begin(), ms.end())}}},
         {"activation_bytes", ctx.stats().arena_bytes}, {"activation_bytes_without_reuse", ctx.stats().unplanned_bytes}, {"memory_planner", ctx.stats().planner}};
     const ContextStats& st = ctx.stats();
+    const auto slow = referenceKernelNodes(engine);
+    j["coverage"] = {{"nodes", engine.graph.nodes.size()}, {"reference_kernel_nodes", nlohmann::json::array()}};
+    for (const auto& s : slow) j["coverage"]["reference_kernel_nodes"].push_back({{"name", s.node}, {"op", s.op}, {"why", s.why}});
+    if (st.gpu) {
+        j["coverage"]["host_fallback_nodes"] = nlohmann::json::array();
+        for (const auto& c : st.cpu_nodes) j["coverage"]["host_fallback_nodes"].push_back(c);
+    }
     if (st.gpu) {
         j["gpu"] = {{"compute_ms", {{"min", *std::min_element(gpu_ms.begin(), gpu_ms.end())}, {"median", percentile(gpu_ms, 50)}, {"p90", percentile(gpu_ms, 90)},
                                     {"p99", percentile(gpu_ms, 99)}}},
@@ -101,6 +109,7 @@ void execute(BenchOptions& o) {
         if (!st.cpu_nodes.empty()) std::printf("%zu nodes ran on the CPU, e.g. %s\n", st.cpu_nodes.size(), st.cpu_nodes.front().c_str());
     }
     std::printf("target %s, route %s\n", engine.target.c_str(), route.changesText(Builder::space()).c_str());
+    if (!slow.empty()) std::printf("%s\n", coverageSummary(engine, slow).c_str());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // `kiln build MODEL -o FILE`: optimizes a model with a build route and writes an engine.
 #include <iostream>
 
+#include "engine/coverage.h"
 #include "tools/commands.h"
 #include "tools/engine_source.h"
 
@@ -27,6 +28,11 @@ void addBuildCommand(CLI::App& app) {
         if (o->verbose)
             std::cout << "built " << o->output << ": " << e.graph.nodes.size() << " layers, target " << e.target << ", route "
                       << routeFromOptions(o->build).changesText(Builder::space()) << "\n";
+        if (o->verbose) {
+            const auto slow = referenceKernelNodes(e);
+            if (!slow.empty()) std::cout << coverageSummary(e, slow) << ":\n";
+            for (const auto& s : slow) std::cout << "  " << s.node << " (" << s.op << "): " << s.why << "\n";
+        }
     });
 }
 

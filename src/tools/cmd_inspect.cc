@@ -2,6 +2,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "engine/coverage.h"
 #include "tools/commands.h"
 #include "tools/engine_source.h"
 
@@ -40,6 +41,9 @@ void addInspectCommand(CLI::App& app) {
             j["layers"].push_back({{"name", n.name}, {"op", (n.domain.empty() ? "" : n.domain + ".") + n.op_type},
                                    {"tactic", t == e.tactics.end() ? "-" : t->second}, {"precision", precisionOf(e.graph, n)}});
         }
+        const auto slow = referenceKernelNodes(e);
+        j["reference_kernel_nodes"] = nlohmann::json::array();
+        for (const auto& s : slow) j["reference_kernel_nodes"].push_back({{"name", s.node}, {"op", s.op}, {"why", s.why}});
         if (*json) {
             std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
             return;
@@ -53,6 +57,8 @@ void addInspectCommand(CLI::App& app) {
         for (const auto& l : j["layers"])
             std::cout << "  " << l["name"].get<std::string>() << "  " << l["op"].get<std::string>() << "  tactic=" << l["tactic"].get<std::string>()
                       << "  precision=" << l["precision"].get<std::string>() << "\n";
+        if (!slow.empty()) std::cout << coverageSummary(e, slow) << ":\n";
+        for (const auto& s : slow) std::cout << "  " << s.node << " (" << s.op << "): " << s.why << "\n";
     });
 }
 

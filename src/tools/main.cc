@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "backends/cpu/fast/tactics.h"
 #include "ir/error.h"
 #include "ir/tensor.h"
 #include "tools/commands.h"
@@ -15,6 +16,9 @@ int main(int argc, char** argv) {
     app.add_option("--max-tensor-bytes", max_tensor_bytes, "Largest tensor, in bytes, a model or input may make Kiln allocate (default: physical memory, or KILN_MAX_TENSOR_BYTES)")
         ->check(CLI::PositiveNumber)
         ->each([](const std::string& v) { kiln::setMaxTensorBytes(std::stoull(v)); });
+    app.add_option("--threads", "CPU threads for kernels and BLAS (default: all cores, or OMP_NUM_THREADS)")
+        ->check(CLI::PositiveNumber)
+        ->each([](const std::string& v) { kiln::setCpuThreads(std::stoi(v)); });
     kiln::tools::addRunCommand(app);
     kiln::tools::addBuildCommand(app);
     kiln::tools::addBenchCommand(app);

@@ -288,6 +288,8 @@ TEST(FastBackend, BlockedConvMatchesThePlainReference) {
         {16, 8, 3, 1, 1, 1, 1, 1, 1, 1, "Gelu", true, false},
         {16, 8, 3, 1, 1, 1, 1, 1, 1, 1, "GeluTanh", true, true},
         {16, 8, 3, 1, 1, 1, 1, 1, 1, 1, "Softplus", true, false},
+        {16, 24, 1, 1, 0, 0, 0, 0, 1, 1, "HardSigmoid", true, false},  // a squeeze-excite gate: linear, then clip
+        {8, 8, 3, 1, 1, 1, 1, 1, 1, 1, "HardSigmoid", false, true},
     };
     std::vector<std::string> tactics = {"reference"};
     for (const auto& t : fastTactics())
@@ -406,6 +408,43 @@ TEST(FastBackend, NormAttentionAndChainTacticsMatchReference) {
     longer.node.attrs.set("swapped", std::vector<int64_t>{0, 1, 0, 0, 0, 1, 0});
     longer.node.attrs.set("params", std::vector<float>(14, 0.0f));
     expectTacticMatchesReference(longer, "fast");
+}
+
+// Binary ops under every broadcast the zoo shows: scalars, per-channel [C,1,1] and
+// [N,C,1,1] operands, trailing-dim vectors, the smaller operand on either side, blocked
+// layouts' [1,C/16,1,1,16] biases, and an output large enough to split across the team.
+TEST(FastBackend, BinaryBroadcastsMatchReference) {
+    std::mt19937 rng(12);
+    const std::vector<std::pair<Dims, Dims>> shapes = {
+        {{2, 3, 4, 5}, {2, 3, 4, 5}}, {{2, 3, 4, 5}, {3, 1, 1}}, {{2, 3, 4, 5}, {1}},    {{2, 3, 4, 5}, {5}},
+        {{2, 3, 4, 5}, {2, 1, 4, 1}}, {{3, 1, 1}, {2, 3, 4, 5}}, {{1, 3, 1, 5}, {2, 1, 4, 1}}, {{1, 4, 7, 7, 16}, {1, 4, 1, 1, 16}},
+        {{1, 64, 40, 40}, {1, 64, 1, 1}}, {{}, {3, 2}},
+    };
+    for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"})
+        for (const auto& [a, b] : shapes) {
+            const bool pow = std::string(op) == "Pow";
+            Case c{node(op), {randomTensor(a, rng, pow ? 0.5 : -2, 2), randomTensor(b, rng, pow ? -1.5 : 0.5, 2)}};
+            expectTacticMatchesReference(c, "fast");
+        }
+}
+
+// ElementwiseChain operands that broadcast into the chain's input: per-channel scale and
+// shift on NCHW and on a blocked layout, a scalar, a trailing vector, and a large input.
+TEST(FastBackend, ChainBroadcastOperandsMatchReference) {
+    std::mt19937 rng(13);
+    for (const Dims& x : {Dims{2, 16, 9, 9}, Dims{1, 4, 7, 7, 16}, Dims{1, 96, 30, 30}}) {
+        const bool blocked = x.size() == 5;
+        const Dims channel = blocked ? Dims{1, 4, 1, 1, 16} : Dims{x[1], 1, 1};
+        const Dims batch_channel = blocked ? Dims{1, 4, 1, 1, 16} : Dims{x[0], x[1], 1, 1};
+        Case c{node("ElementwiseChain", "kiln"),
+               {randomTensor(x, rng, -2, 2), randomTensor(channel, rng, 0.5, 2), randomTensor({1}, rng, 0.5, 2), randomTensor(batch_channel, rng, -1, 1),
+                randomTensor({x.back()}, rng, -1, 1)}};
+        c.node.attrs.set("ops", std::vector<std::string>{"Mul", "Add", "Sigmoid", "Mul", "Sub", "Div", "Add"});
+        c.node.attrs.set("operand", std::vector<int64_t>{1, 2, -1, 3, 4, 1, 2});
+        c.node.attrs.set("swapped", std::vector<int64_t>{0, 1, 0, 0, 1, 0, 0});
+        c.node.attrs.set("params", std::vector<float>(14, 0.0f));
+        expectTacticMatchesReference(c, "fast");
+    }
 }
 
 // The vectorized softmax row against softmax computed in double: lengths around the

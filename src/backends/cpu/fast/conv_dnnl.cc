@@ -40,6 +40,7 @@ bool blockedConvNode(const Node& n) {
 struct Eltwise {
     dnnl::algorithm algorithm;
     float alpha = 0.f, beta = 0.f;
+    bool then_clip01 = false;  // a second post-op, clip to [0, 1] (HardSigmoid = linear, then clip)
 };
 std::optional<std::optional<Eltwise>> postOpActivation(const Node& n) {
     const std::string act = n.attrs.getString("activation", "none");
@@ -56,6 +57,10 @@ std::optional<std::optional<Eltwise>> postOpActivation(const Node& n) {
     if (act == "GeluTanh") return Eltwise{A::eltwise_gelu_tanh};
     if (act == "HardSwish") return Eltwise{A::eltwise_hardswish};  // x * relu6(x + 3) / 6
     if (act == "Softplus") return Eltwise{A::eltwise_soft_relu};   // log(1 + e^x)
+    // oneDNN 2.6 has no hardsigmoid; linear is only ever made here, so the key's algorithm
+    // tells it apart.
+    if (act == "HardSigmoid") return Eltwise{A::eltwise_linear, n.attrs.getFloats("activation_params").empty() ? 0.2f : p[0],
+                                             n.attrs.getFloats("activation_params").size() < 2 ? 0.5f : p[1], true};
     return std::nullopt;
 }
 
@@ -148,7 +153,10 @@ CachedPrimitive buildPrimitive(const BlockedConv& g, const Node& node) {
                                                                c.dst, strides, dilations, pad_l, pad_r);
     dnnl::post_ops ops;
     if (g.residual) ops.append_sum(1.f);  // act(conv + bias + residual), as FusedConv defines
-    if (const auto act = *postOpActivation(node)) ops.append_eltwise(1.f, act->algorithm, act->alpha, act->beta);
+    if (const auto act = *postOpActivation(node)) {
+        ops.append_eltwise(1.f, act->algorithm, act->alpha, act->beta);
+        if (act->then_clip01) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, 0.f, 1.f);
+    }
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // a buffer per call: safe to run concurrently

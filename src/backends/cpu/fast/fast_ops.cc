@@ -1,4 +1,4 @@
-// Fast f32 kernels for normalization, softmax, attention and elementwise chains. Each
+// Fast f32 kernels for normalization, softmax, attention, pooling and activations. Each
 // falls back to the reference kernel for shapes or types it does not cover.
 #include <immintrin.h>
 
@@ -150,114 +150,6 @@ std::vector<Tensor> fastAttention(const KernelContext& ctx) {
         }
     }
     return {out};
-}
-
-enum class BinOp { Add, Sub, Mul, Div, Pow, Max, Min };
-
-constexpr int64_t kChainBlock = 1024;
-
-// v[i] = v[i] op o[i] (or o[0] when scalar), operands swapped when `swapped`.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void chainBinary(float* v, int64_t n, const float* o, bool scalar, BinOp op, bool swapped) {
-    auto apply = [&](auto f) {
-        if (scalar) {
-            const float c = o[0];
-            if (swapped)
-                for (int64_t i = 0; i < n; ++i) v[i] = f(c, v[i]);
-            else
-                for (int64_t i = 0; i < n; ++i) v[i] = f(v[i], c);
-        } else if (swapped) {
-            for (int64_t i = 0; i < n; ++i) v[i] = f(o[i], v[i]);
-        } else {
-            for (int64_t i = 0; i < n; ++i) v[i] = f(v[i], o[i]);
-        }
-    };
-    switch (op) {
-        case BinOp::Add: return apply([](float l, float r) { return l + r; });
-        case BinOp::Sub: return apply([](float l, float r) { return l - r; });
-        case BinOp::Mul: return apply([](float l, float r) { return l * r; });
-        case BinOp::Div: return apply([](float l, float r) { return l / r; });
-        case BinOp::Pow: return apply([](float l, float r) { return std::pow(l, r); });
-        // std::max/min: the reference kernel's operation (and NaN handling).
-        case BinOp::Max: return apply([](float l, float r) { return std::max(l, r); });
-        case BinOp::Min: return apply([](float l, float r) { return std::min(l, r); });
-    }
-}
-
-// ElementwiseChain over f32 when every extra operand has the output's shape, one element,
-// or the shape of its trailing dims (a per-row vector); other cases use the reference.
-std::vector<Tensor> fastChain(const KernelContext& ctx) {
-    const Tensor& x = ctx.input(0);
-    const auto operand = ctx.attrs().getInts("operand");
-    const auto swapped = ctx.attrs().getInts("swapped");
-    const auto params = ctx.attrs().getFloats("params");
-    const auto& names = std::get<std::vector<std::string>>(ctx.attrs().all().at("ops"));
-    if (x.dtype() != DType::F32) return referenceFallback(ctx);
-    const int64_t n = x.numel();
-    std::vector<int64_t> period(ctx.numInputs(), 0);  // extra operand i repeats every period[i] elements
-    for (size_t i = 1; i < ctx.numInputs(); ++i) {
-        const Tensor& e = ctx.input(i);
-        if (e.dtype() != DType::F32) return referenceFallback(ctx);
-        Dims d = e.dims();
-        while (!d.empty() && d.front() == 1) d.erase(d.begin());  // leading ones do not change the layout
-        const bool trailing = d.size() <= x.rank() && std::equal(d.rbegin(), d.rend(), x.dims().rbegin());
-        if (!trailing && e.numel() != 1) return referenceFallback(ctx);
-        period[i] = e.numel();
-    }
-    struct Step {
-        bool unary;
-        Activation act;
-        BinOp op;
-        const float* other;
-        int64_t period;
-        bool swapped;
-    };
-    std::vector<Step> steps;
-    for (size_t s = 0; s < names.size(); ++s) {
-        Step st{operand[s] < 0, {}, BinOp::Add, nullptr, 0, swapped[s] != 0};
-        if (st.unary) {
-            Node probe;
-            probe.attrs.set("activation", names[s]);
-            probe.attrs.set("activation_params", std::vector<float>{params[2 * s], params[2 * s + 1]});
-            try {
-                st.act = Activation::fromNode(probe);
-            } catch (const Error&) {
-                return referenceFallback(ctx);  // Exp, Log, ... stay on the reference
-            }
-        } else {
-            static const std::pair<const char*, BinOp> ops[] = {{"Add", BinOp::Add}, {"Sub", BinOp::Sub}, {"Mul", BinOp::Mul}, {"Div", BinOp::Div},
-                                                                {"Pow", BinOp::Pow}, {"Max", BinOp::Max}, {"Min", BinOp::Min}};
-            for (const auto& [name, op] : ops)
-                if (names[s] == name) st.op = op;
-            st.other = ctx.input(static_cast<size_t>(operand[s])).data<float>();
-            st.period = period[static_cast<size_t>(operand[s])];
-        }
-        steps.push_back(st);
-    }
-    Tensor y = ctx.output(0, DType::F32, x.dims());
-    const float* px = x.data<float>();
-    float* py = y.data<float>();
-    // Step by step over blocks that stay in L1, each step one vectorizable loop (an
-    // interpreter per element ran BERT's 32K-element embedding sum at 10 ns an element).
-    const int64_t blocks = (n + kChainBlock - 1) / kChainBlock;
-    parallelFor(blocks, n > 32768, [&](int64_t blk) {
-        const int64_t i0 = blk * kChainBlock, len = std::min(kChainBlock, n - i0);
-        float* v = py + i0;
-        std::memcpy(v, px + i0, static_cast<size_t>(len) * sizeof(float));
-        for (const Step& st : steps) {
-            if (st.unary) {
-                applyEpilogueSerial(v, 1, len, nullptr, false, nullptr, st.act);
-                continue;
-            }
-            // The operand's elements for [i0, i0 + len), in pieces that do not wrap its period.
-            for (int64_t j = 0; j < len;) {
-                const int64_t at = st.period == 1 ? 0 : (i0 + j) % st.period;
-                const int64_t piece = st.period == 1 ? len - j : std::min(len - j, st.period - at);
-                chainBinary(v + j, piece, st.other + at, st.period == 1, st.op, st.swapped);
-                j += piece;
-            }
-        }
-    });
-    return {y};
 }
 
 // Outputs [0, n) of one 2x2 / stride-2 row, 8 at a time from rows r0 and r1; returns how
@@ -444,7 +336,6 @@ void addFastOpTactics(std::vector<Tactic>& t) {
     t.push_back({"fast", "norm", {"LayerNormalization", "Softmax"}, supportsAnyNode, nullptr});
     t.back().kernel = [](const KernelContext& ctx) { return ctx.node.op_type == "Softmax" ? fastSoftmax(ctx) : fastLayerNorm(ctx); };
     t.push_back({"fast", "attention", {"Attention"}, supportsAnyNode, fastAttention});
-    t.push_back({"fast", "elementwise", {"ElementwiseChain"}, supportsAnyNode, fastChain});
 }
 
 }  // namespace kiln

@@ -21,6 +21,7 @@ const std::vector<Tactic>& fastTactics() {
         addConvTactics(t);
         addWinogradConvTactics(t);
         addFastOpTactics(t);
+        addElementwiseTactics(t);
         addChannelBlockTactics(t);
         return t;
     }();

@@ -44,6 +44,7 @@ void addDepthwiseConvTactics(std::vector<Tactic>& t);
 void addConvTactics(std::vector<Tactic>& t);
 void addWinogradConvTactics(std::vector<Tactic>& t);
 void addFastOpTactics(std::vector<Tactic>& t);
+void addElementwiseTactics(std::vector<Tactic>& t);
 void addChannelBlockTactics(std::vector<Tactic>& t);
 
 }  // namespace kiln

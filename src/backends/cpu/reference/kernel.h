@@ -106,5 +106,6 @@ void registerEinsumKernels(KernelRegistry& r);
 void registerGeneratorKernels(KernelRegistry& r);
 void registerLossKernels(KernelRegistry& r);
 void registerFusedKernels(KernelRegistry& r);
+void registerDetectionKernels(KernelRegistry& r);
 
 }  // namespace kiln

@@ -35,24 +35,62 @@ std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims)
 }
 
 BroadcastRuns::BroadcastRuns(const Dims& out_dims, const std::vector<Dims>& in_dims) {
-    const size_t rank = out_dims.size();
-    if (rank > 0) outer_.assign(out_dims.begin(), out_dims.end() - 1), length_ = out_dims.back();
-    for (const Dims& in : in_dims) {
+    const size_t rank = out_dims.size(), inputs = in_dims.size();
+    for (int64_t d : out_dims) check(d >= 0, "negative dimension in " + dimsToString(out_dims));
+    std::vector<Dims> full(inputs, Dims(rank, 0));  // per input, its stride along each output dim
+    for (size_t k = 0; k < inputs; ++k) {
+        const Dims& in = in_dims[k];
         check(in.size() <= rank, "cannot broadcast " + dimsToString(in) + " to " + dimsToString(out_dims));
-        Dims padded(rank, 1);
-        for (size_t i = 0; i < in.size(); ++i) {
+        int64_t step = 1;
+        for (size_t i = in.size(); i-- > 0;) {
             const int64_t d = in[i], out = out_dims[rank - in.size() + i];
             check(d == out || d == 1, "cannot broadcast " + dimsToString(in) + " to " + dimsToString(out_dims));
-            padded[rank - in.size() + i] = d;
+            full[k][rank - in.size() + i] = d == 1 ? 0 : step;
+            step *= d;
         }
-        Dims strides = stridesOf(padded);
-        for (size_t i = 0; i < rank; ++i)
-            if (padded[i] == 1) strides[i] = 0;
-        steps_.push_back(rank > 0 && padded.back() != 1 ? 1 : 0);
-        if (rank > 0) strides.pop_back();
-        strides_.push_back(std::move(strides));
     }
-    for (int64_t d : out_dims) check(d >= 0, "negative dimension in " + dimsToString(out_dims));
+    // Coalesce: a dim joins the one before it where every input steps through both as one
+    // run; size-1 dims move nothing. [N,C,H,W] * [N,C,1,1] becomes runs of H*W.
+    Dims dims;
+    std::vector<Dims> strides(inputs);
+    for (size_t i = 0; i < rank; ++i) {
+        if (out_dims[i] == 0) {
+            length_ = 0;
+            steps_.assign(inputs, 0);
+            strides_.assign(inputs, Dims{});
+            return;
+        }
+        if (out_dims[i] == 1) continue;
+        bool joins = !dims.empty();
+        for (size_t k = 0; k < inputs && joins; ++k) joins = strides[k].back() == full[k][i] * out_dims[i];
+        if (joins) {
+            dims.back() *= out_dims[i];
+            for (size_t k = 0; k < inputs; ++k) strides[k].back() = full[k][i];
+        } else {
+            dims.push_back(out_dims[i]);
+            for (size_t k = 0; k < inputs; ++k) strides[k].push_back(full[k][i]);
+        }
+    }
+    steps_.assign(inputs, 0);
+    if (!dims.empty()) {
+        length_ = dims.back();
+        outer_.assign(dims.begin(), dims.end() - 1);
+        for (size_t k = 0; k < inputs; ++k) {
+            steps_[k] = strides[k].back();
+            strides[k].pop_back();
+        }
+    }
+    strides_ = std::move(strides);
+    for (int64_t d : outer_) runs_ *= d;
+}
+
+int64_t BroadcastRuns::offset(size_t k, int64_t run) const {
+    int64_t off = 0;
+    for (size_t i = outer_.size(); i-- > 0;) {
+        off += (run % outer_[i]) * strides_[k][i];
+        run /= outer_[i];
+    }
+    return off;
 }
 
 Tensor legacyBroadcastOperand(const Tensor& a, const Tensor& b, const KernelContext& ctx) {

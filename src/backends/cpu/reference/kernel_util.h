@@ -22,22 +22,26 @@ SliceRange sliceRange(int64_t start, int64_t end, int64_t step, int64_t dim);
 // dims `in_dims` that broadcasting maps to it.
 std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims);
 
-// A broadcast output walked in runs along its last dimension, without a table of offsets
-// per element (which cost more than the ops themselves on masks of 16K elements): for each
-// run, fn(out_offset, in_offsets) where input k's element j of the run is at
-// in_offsets[k] + j * step(k), step 0 (broadcast) or 1. Inputs must broadcast to out_dims.
+// A broadcast output walked in runs along its (coalesced) last dimensions, without a table
+// of offsets per element (which cost more than the ops themselves on masks of 16K
+// elements): for each run, fn(out_offset, in_offsets) where input k's element j of the run
+// is at in_offsets[k] + j * step(k), step 0 (broadcast) or 1. Dims along which every input
+// is contiguous (or broadcast) together are merged first, so runs are as long as they can
+// be. Inputs must broadcast to out_dims.
 class BroadcastRuns {
 public:
     BroadcastRuns(const Dims& out_dims, const std::vector<Dims>& in_dims);
     int64_t length() const { return length_; }
+    int64_t runs() const { return length_ > 0 ? runs_ : 0; }
     int64_t step(size_t k) const { return steps_[k]; }
+    // Input k's offset at the start of a run (random access, for runs shared among threads).
+    int64_t offset(size_t k, int64_t run) const;
     template <typename F>
     void forEach(F&& fn) const {
         const size_t inputs = steps_.size(), rank = outer_.size();
         std::vector<int64_t> idx(rank, 0), offsets(inputs, 0);
-        int64_t runs = length_ > 0 ? 1 : 0;
-        for (int64_t d : outer_) runs *= d;
-        for (int64_t r = 0; r < runs; ++r) {
+        const int64_t count = runs();
+        for (int64_t r = 0; r < count; ++r) {
             fn(r * length_, offsets.data());
             for (size_t d = rank; d-- > 0;) {  // odometer over the outer dims
                 const bool carry = ++idx[d] == outer_[d];
@@ -52,7 +56,7 @@ private:
     Dims outer_;                             // the output dims before the last
     std::vector<Dims> strides_;              // per input, its stride along each outer dim (0 when broadcast)
     std::vector<int64_t> steps_;
-    int64_t length_ = 1;
+    int64_t length_ = 1, runs_ = 1;
 };
 
 // out[i] = f(a[...], b[...]) with numpy broadcasting; TOut is the output element type.

@@ -38,6 +38,7 @@ const KernelRegistry& referenceKernels() {
         registerGeneratorKernels(r);
         registerLossKernels(r);
         registerFusedKernels(r);
+        registerDetectionKernels(r);
         return r;
     }();
     return registry;
