@@ -35,11 +35,25 @@ def summary_line(r):
 
 
 def newest(part):
+    """The newest day's results of one part, its files merged (a zoo run may come in parts,
+    see run_zoo.py --tag): for each model and batch the last file's row, where a skipped row
+    never hides a measured one."""
     files = sorted(glob.glob(os.path.join(ROOT, "bench", "results", f"*-zoo-{part}-*.json")))
     if not files:
         return None
-    with open(files[-1]) as f:
-        return json.load(f)
+    day = os.path.basename(files[-1])[:10]
+    merged, meta = {}, None
+    for path in (f for f in files if os.path.basename(f).startswith(day)):
+        with open(path) as f:
+            res = json.load(f)
+        meta = meta or res["meta"]
+        for r in res["results"]:
+            key = (r["model"], r.get("batch"))
+            if "skipped" in r and key in merged and "skipped" not in merged[key]:
+                continue
+            merged[key] = r
+    measured = {m for (m, _), r in merged.items() if "skipped" not in r}
+    return {"meta": meta, "results": [r for r in merged.values() if "skipped" not in r or r["model"] not in measured]}
 
 
 def geomean(xs):

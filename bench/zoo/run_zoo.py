@@ -115,6 +115,16 @@ def kiln_flags(names, npys):
     return sum((["--input", f"{n}={p}"] for n, p in zip(names, npys)), [])
 
 
+def shape_flags(inputs):
+    """`kiln build`'s profile: each input's shape as min, opt and max (scalars need none)."""
+    flags = []
+    for n, v in inputs.items():
+        if v.ndim:
+            dims = "x".join(str(d) for d in v.shape)
+            flags += sum(([f"--{k}Shapes", f"{n}:{dims}"] for k in ("min", "opt", "max")), [])
+    return flags
+
+
 def cpu_row(a, spec, batch, ort, kiln):
     model = os.path.join(obtain.MODELS, spec["name"], "model.onnx")
     inputs = obtain.sample_inputs(spec, batch)
@@ -126,9 +136,14 @@ def cpu_row(a, spec, batch, ort, kiln):
             np.save(npys[-1], v)
         flags = kiln_flags(list(inputs), npys)
         row = {}
+        # The engine is built once (its tactics timed at these shapes), then run and timed.
         # The outputs first: a model Kiln cannot run is a finding, reported with its error.
+        engine = os.path.join(work, "model.engine")
         try:
-            run([kiln, "run", model, "--threads", str(a.threads), "--outputs-dir", os.path.join(work, "k"), "--npy"] + flags, env=env)
+            t0 = time.perf_counter()
+            run([kiln, "build", model, "--threads", str(a.threads), "-o", engine] + shape_flags(inputs), env=env)
+            row["build_s"] = round(time.perf_counter() - t0, 2)
+            run([kiln, "run", engine, "--threads", str(a.threads), "--outputs-dir", os.path.join(work, "k"), "--npy"] + flags, env=env)
         except RuntimeError as e:
             return {"error": "kiln: " + str(e)}
         got = []
@@ -137,7 +152,7 @@ def cpu_row(a, spec, batch, ort, kiln):
         kiln_ms, ort_ms, ref = [], [], None
         per_round = max(0.5, a.duration / a.rounds)
         for r in range(a.rounds):  # the runtimes take turns, so drift lands on both
-            b = json.loads(run([kiln, "bench", model, "--threads", str(a.threads), "--duration", str(per_round), "--json"] + flags, env=env))
+            b = json.loads(run([kiln, "bench", engine, "--threads", str(a.threads), "--duration", str(per_round), "--json"] + flags, env=env))
             kiln_ms.append(b["latency_ms"]["median"])
             row["coverage"] = b.get("coverage", {})
             try:
@@ -167,7 +182,7 @@ def gpu_row(a, spec, batch, kiln):
         flags = kiln_flags(list(inputs), npys)
         engine = os.path.join(work, "model.engine")
         try:
-            run([kiln, "build", model, "--target", "cuda", "--fp16", "-o", engine] + flags)
+            run([kiln, "build", model, "--target", "cuda", "--fp16", "-o", engine] + shape_flags(inputs))
             run([kiln, "run", engine, "--outputs-dir", os.path.join(work, "k"), "--npy"] + flags)
             b = json.loads(run([kiln, "bench", engine, "--json", "--duration", str(a.duration)] + flags))
         except RuntimeError as e:
@@ -271,6 +286,7 @@ def main():
     ap.add_argument("--cores", default="", help="CPU part: the cores the jobs share out, as 4-15 (default: all this process may use)")
     ap.add_argument("--compile-modes", default="default,reduce-overhead", help="GPU part: torch.compile modes to compare with ('' for eager only)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds one Kiln or ORT command may take (default: 600)")
+    ap.add_argument("--tag", default="", help="added to the results file's name, so that runs in parts keep apart (report.py merges a day's files)")
     ap.add_argument("--no-obtain", action="store_true", help="run only the models already obtained")
     a = ap.parse_args()
     TIMEOUT = a.timeout
@@ -290,7 +306,7 @@ def main():
             import torch
             meta.update(gpu=torch.cuda.get_device_name(0), torch=torch.__version__, compile_modes=a.compile_modes)
         rows, jobs = [], []
-        out = os.path.join(ROOT, "bench", "results", f"{meta['date']}-zoo-{part}-{meta['machine']}.json")
+        out = os.path.join(ROOT, "bench", "results", f"{meta['date']}-zoo-{part}-{meta['machine']}{'-' + a.tag if a.tag else ''}.json")
         for s in specs:
             try:
                 m = obtain.obtain(s) if not a.no_obtain else json.load(open(os.path.join(obtain.MODELS, s["name"], "meta.json")))
