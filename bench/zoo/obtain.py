@@ -87,6 +87,7 @@ def torchvision_model(spec):
 
         return ListInput(), ["boxes", "scores", "labels"]
     calibrate_batchnorm(m, shape)
+    m.eval()  # also where there is no BatchNorm: dropout and stochastic depth off, as inference has them
     if parts[0] == "segmentation":
         class OutTensor(torch.nn.Module):
             def __init__(self):
@@ -147,7 +148,9 @@ def transformers_model(spec):
                 "opt": lambda: config(tf.OPTConfig),
                 "phi": lambda: config(tf.PhiConfig, hidden_size=1024, intermediate_size=4096, num_hidden_layers=8, num_attention_heads=16)}
         m = tf.AutoModelForCausalLM.from_config(cfgs[b]())
-        return Wrap(m, lambda m, ids: m(input_ids=ids, use_cache=False).logits), ["logits"]
+        # An explicit all-ones mask: without one, transformers looks for packed sequences
+        # in the position ids with torch.diff, which the ONNX exporters cannot export.
+        return Wrap(m, lambda m, ids: m(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits), ["logits"]
     if b == "whisper_encoder":
         m = tf.WhisperModel(config(tf.WhisperConfig)).get_encoder()
         return Wrap(m, lambda m, f: m(input_features=f).last_hidden_state), ["last_hidden_state"]
@@ -214,6 +217,7 @@ def sample_inputs(spec, batch, seed=0):
 def export_torch(spec, module, output_names, path):
     import torch
     torch.manual_seed(0)
+    module.eval()  # a module fresh from its constructor trains: dropout would be exported live
     inputs = sample_inputs(spec, 2 if any("B" in i["shape"] for i in spec["inputs"]) else 1)
     args = tuple(torch.from_numpy(a) for a in inputs.values())
     names = list(inputs)

@@ -49,6 +49,7 @@ Pass elementwiseChainFusionPass();
 Pass precisionAssignmentPass();
 Pass layoutAssignmentPass();
 Pass padIntoConvPass();
+Pass spatialMeanPoolPass();
 Pass softmaxFusionPass();
 Pass matmulWeightLayoutPass();
 

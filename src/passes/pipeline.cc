@@ -13,6 +13,7 @@ const std::vector<Pass>& passPipeline() {
         reshapeChainPass(),
         transposeCancelPass(),
         padIntoConvPass(),
+        spatialMeanPoolPass(),
         batchNormFoldingPass(),
         layerNormFusionPass(),
         geluFusionPass(),

@@ -195,6 +195,64 @@ TEST(CudaBackend, OpsWithoutGpuKernelRunOnTheCpuAndSaySo) {
     EXPECT_FALSE(ctx.stats().graph_replayed);
 }
 
+// Reductions (rows, strided, all axes), BatchNormalization and Resize (each mode, several
+// coordinate transformations, up and down) run on the GPU and match the CPU reference.
+TEST(CudaBackend, ReduceBatchNormAndResizeMatchTheReference) {
+    REQUIRE_GPU();
+    struct Case {
+        std::string what, op;
+        Attributes attrs;
+        std::vector<std::pair<std::string, Tensor>> constants;
+    };
+    auto attrs = [](std::initializer_list<std::pair<const char*, std::string>> strings, std::vector<int64_t> axes = {}, int64_t keepdims = 1) {
+        Attributes a;
+        for (const auto& [k, v] : strings) a.set(k, v);
+        if (!axes.empty()) a.set("axes", axes);
+        a.set("keepdims", keepdims);
+        return a;
+    };
+    std::mt19937 rng(21);
+    const Dims dims{2, 3, 7, 5};
+    auto scales = [](std::vector<float> v) { return Tensor::fromVector<float>({static_cast<int64_t>(v.size())}, v); };
+    std::vector<Case> cases = {
+        {"mean of rows", "ReduceMean", attrs({}, {-1}), {}},
+        {"sum over channels, dropped", "ReduceSum", attrs({}, {1}, 0), {}},
+        {"max over all", "ReduceMax", attrs({}, {}, 0), {}},
+        {"min over spatial", "ReduceMin", attrs({}, {2, 3}), {}},
+        {"batch norm", "BatchNormalization", {}, {{"s", randomTensor({3}, rng, 0.5, 1.5)}, {"b", randomTensor({3}, rng)}, {"m", randomTensor({3}, rng)},
+                                                 {"v", randomTensor({3}, rng, 0.5, 1.5)}}},
+    };
+    const std::vector<std::tuple<std::string, std::string, std::string, std::vector<float>>> resizes = {
+        {"linear", "half_pixel", "round_prefer_floor", {1, 1, 2, 1.5f}},   {"linear", "pytorch_half_pixel", "round_prefer_floor", {1, 1, 0.5f, 0.6f}},
+        {"linear", "align_corners", "round_prefer_floor", {1, 1, 3, 2}},  {"nearest", "asymmetric", "floor", {1, 1, 2, 2}},
+        {"nearest", "half_pixel", "round_prefer_ceil", {1, 1, 1.7f, 0.8f}}, {"cubic", "half_pixel", "round_prefer_floor", {1, 1, 2, 2}},
+        {"cubic", "align_corners", "round_prefer_floor", {1, 1, 1.5f, 0.5f}},
+    };
+    for (const auto& [mode, coord, nearest, sc] : resizes) {
+        Attributes a;
+        a.set("mode", mode);
+        a.set("coordinate_transformation_mode", coord);
+        a.set("nearest_mode", nearest);
+        cases.push_back({"resize " + mode + " " + coord, "Resize", a, {{"", Tensor()}, {"scales", scales(sc)}}});
+    }
+    for (const Case& c : cases) {
+        Graph g;
+        g.opset = 17;
+        g.inputs.push_back({"x", DType::F32, Shape::fromDims(dims)});
+        Node n{"n", c.op, "", {"x"}, {"y"}, c.attrs};
+        if (c.op == "BatchNormalization") n.attrs = {};
+        for (const auto& [name, t] : c.constants) {
+            n.inputs.push_back(name);
+            if (!name.empty()) g.initializers[name] = t;
+        }
+        g.nodes = {n};
+        g.outputs.push_back({"y", DType::F32, {}});
+        const TensorMap in = {{"x", randomTensor(dims, rng, -2, 2)}};
+        auto want = GraphExecutor(g).run(in);
+        expectMatches(buildCuda(g, "precision.activations=f32", &in), in, want, 1e-5, c.what);
+    }
+}
+
 TEST(CudaBackend, WithoutGpuTheTargetFailsWithAClearError) {
     std::string why;
     if (cuda::deviceAvailable(&why)) GTEST_SKIP() << "a GPU is present";

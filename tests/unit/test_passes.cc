@@ -135,6 +135,43 @@ TEST(Passes, BatchNormFoldsIntoConvWeights) {
     expectSameOutputs(g, after, {1, 2, 6, 6});
 }
 
+// ReduceMean over exactly the spatial axes (as an attribute or, at opset 18, a constant input;
+// negative or not) becomes GlobalAveragePool, with a Flatten for keepdims=0; a mean that
+// leaves a spatial axis, or takes the channels, stays.
+TEST(Passes, SpatialMeanBecomesGlobalAveragePool) {
+    for (int variant = 0; variant < 4; ++variant) {
+        Graph g = withInput({2, 3, 5, 4});
+        Attributes a;
+        a.set("keepdims", int64_t{variant % 2});
+        Node mean{"m", "ReduceMean", "", {"x"}, {"y"}, a};
+        if (variant < 2) {
+            mean.attrs.set("axes", std::vector<int64_t>{-1, 2});
+        } else {
+            g.opset = 18;
+            g.initializers["axes"] = Tensor::fromVector<int64_t>({2}, {2, 3});
+            mean.inputs.push_back("axes");
+        }
+        g.nodes = {mean};
+        g.outputs = {{"y", DType::F32, {}}};
+        Graph after = g;
+        spatialMeanPoolPass().run(after, defaults());
+        topologicalSort(after);
+        verifyGraph(after);
+        EXPECT_EQ(opTypes(after), variant % 2 ? std::vector<std::string>{"GlobalAveragePool"} : (std::vector<std::string>{"GlobalAveragePool", "Flatten"}))
+            << "variant " << variant;
+        expectSameOutputs(g, after, {2, 3, 5, 4});
+    }
+    for (const auto& axes : {std::vector<int64_t>{3}, std::vector<int64_t>{1, 2, 3}}) {
+        Graph g = withInput({2, 3, 5, 4});
+        Attributes a;
+        a.set("axes", axes);
+        g.nodes = {Node{"m", "ReduceMean", "", {"x"}, {"y"}, a}};
+        g.outputs = {{"y", DType::F32, {}}};
+        spatialMeanPoolPass().run(g, defaults());
+        EXPECT_EQ(opTypes(g), std::vector<std::string>{"ReduceMean"});
+    }
+}
+
 // A residual Add joins the Conv epilogue when both sides have the same shape at run time:
 // equal sizes or the same named symbol (a symbolic batch), not when a dim is unknown.
 TEST(Passes, ConvResidualFusesAcrossASymbolicBatch) {

@@ -183,6 +183,7 @@ const std::map<std::string, OpFn>& cudaOps() {
         addNnOps(m);
         addGemmOps(m);
         addConvOps(m);
+        addReduceResizeOps(m);
         return m;
     }();
     return ops;

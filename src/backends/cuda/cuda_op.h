@@ -103,6 +103,7 @@ void addShapeOps(std::map<std::string, OpFn>& ops);
 void addNnOps(std::map<std::string, OpFn>& ops);
 void addGemmOps(std::map<std::string, OpFn>& ops);
 void addConvOps(std::map<std::string, OpFn>& ops);
+void addReduceResizeOps(std::map<std::string, OpFn>& ops);
 
 // Helpers shared by the op files.
 Shape6 toShape6(const Dims& dims, const OpContext& ctx);

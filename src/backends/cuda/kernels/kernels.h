@@ -144,4 +144,31 @@ void launchPool2d(DType t, const Pool2d& p, const void* x, void* y, cudaStream_t
 // Mean over the `inner` contiguous elements of each of `outer` rows (GlobalAveragePool).
 void launchRowMean(DType t, const void* x, void* y, int64_t outer, int64_t inner, cudaStream_t s);
 
+// Reductions over the middle axis of [outer, r, inner] data; f32 accumulation, NaN kept by
+// Max and Min.
+enum class ReduceOp : int32_t { Sum, Mean, Max, Min };
+void launchReduce(DType t, ReduceOp op, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, cudaStream_t s);
+
+// BatchNormalization in inference: y = (x - mean[c]) / sqrt(var[c] + eps) * scale[c] + bias[c]
+// over [n, c, inner] data; the four parameters of type pt.
+void launchBatchNorm(DType t, DType pt, const void* x, const void* scale, const void* bias, const void* mean, const void* var, void* y,
+                     int64_t n, int64_t c, int64_t inner, float eps, cudaStream_t s);
+
+// Resize of the last two axes of [planes, h.in, w.in] data to [planes, h.out, w.out].
+enum ResizeMode : int32_t { kResizeNearest, kResizeLinear, kResizeCubic };
+enum ResizeCoord : int32_t { kCoordHalfPixel, kCoordHalfPixelSymmetric, kCoordTfHalfPixelForNn, kCoordPytorchHalfPixel, kCoordAlignCorners, kCoordAsymmetric };
+enum ResizeNearest : int32_t { kNearestRoundPreferFloor, kNearestRoundPreferCeil, kNearestFloor, kNearestCeil };
+struct ResizeAxis {
+    int64_t in = 1, out = 1;
+    double scale = 1;  // as given (or out / in from sizes): the coordinate maps use it unrounded
+};
+struct Resize2d {
+    int64_t planes = 0;
+    ResizeAxis h, w;
+    int32_t mode = kResizeNearest, coord = kCoordHalfPixel, nearest = kNearestRoundPreferFloor;
+    float cubic_a = -0.75f;
+    bool exclude_outside = false;
+};
+void launchResize2d(DType t, const Resize2d& p, const void* x, void* y, cudaStream_t s);
+
 }  // namespace kiln::cuda

@@ -133,4 +133,34 @@ void launchScaledMaskedSoftmax(DType t, const float* scores, float scale, DType 
     checkLaunch("scaled masked softmax");
 }
 
+namespace {
+
+template <typename T, typename P>
+__global__ void batchNormKernel(const T* x, const P* scale, const P* bias, const P* mean, const P* var, T* y, int64_t n, int64_t c, int64_t inner,
+                                float eps) {
+    const int64_t total = n * c * inner;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t ch = (i / inner) % c;
+        const float k = toFloat(scale[ch]) * rsqrtf(toFloat(var[ch]) + eps);
+        y[i] = fromFloat<T>((toFloat(x[i]) - toFloat(mean[ch])) * k + toFloat(bias[ch]));
+    }
+}
+
+}  // namespace
+
+void launchBatchNorm(DType t, DType pt, const void* x, const void* scale, const void* bias, const void* mean, const void* var, void* y,
+                     int64_t n, int64_t c, int64_t inner, float eps, cudaStream_t s) {
+    if (n * c * inner == 0) return;
+    clearStaleError();
+    dispatchDeviceFloat(t, "BatchNormalization", [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        dispatchDeviceFloat(pt, "BatchNormalization parameters", [&](auto* ptag) {
+            using P = std::remove_pointer_t<decltype(ptag)>;
+            batchNormKernel<T, P><<<gridFor(n * c * inner, 256), 256, 0, s>>>(static_cast<const T*>(x), static_cast<const P*>(scale), static_cast<const P*>(bias),
+                                                                           static_cast<const P*>(mean), static_cast<const P*>(var), static_cast<T*>(y), n, c, inner, eps);
+        });
+    });
+    checkLaunch("batch norm");
+}
+
 }  // namespace kiln::cuda
