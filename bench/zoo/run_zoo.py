@@ -292,8 +292,12 @@ def main():
     TIMEOUT = a.timeout
     if not (a.cpu or a.gpu):
         a.cpu = True
-    wanted = set(filter(None, a.models.split(",")))
-    specs = [s for s in obtain.manifest() if not wanted or s["name"] in wanted]
+    wanted = list(filter(None, a.models.split(",")))
+    by_name = {s["name"]: s for s in obtain.manifest()}
+    unknown = [w for w in wanted if w not in by_name]
+    if unknown:
+        sys.exit(f"run_zoo.py: unknown models: {', '.join(unknown)}")
+    specs = [by_name[w] for w in wanted] if wanted else list(by_name.values())  # in the order given
     only_batches = {int(b) for b in a.batches.split(",") if b}
     ort_kind = OrtCpu(a.threads).kind if a.cpu else None
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
