@@ -115,6 +115,15 @@ def kiln_flags(names, npys):
     return sum((["--input", f"{n}={p}"] for n, p in zip(names, npys)), [])
 
 
+def save_inputs(inputs, work):
+    """The inputs as .npy files in `work`: their paths and the `--input` flags naming them."""
+    npys = []
+    for n, v in inputs.items():
+        npys.append(os.path.join(work, n + ".npy"))
+        np.save(npys[-1], v)
+    return npys, kiln_flags(list(inputs), npys)
+
+
 def shape_flags(inputs):
     """`kiln build`'s profile: each input's shape as min, opt and max (scalars need none)."""
     flags = []
@@ -130,11 +139,7 @@ def cpu_row(a, spec, batch, ort, kiln):
     inputs = obtain.sample_inputs(spec, batch)
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     with tempfile.TemporaryDirectory() as work:
-        npys = []
-        for n, v in inputs.items():
-            npys.append(os.path.join(work, n + ".npy"))
-            np.save(npys[-1], v)
-        flags = kiln_flags(list(inputs), npys)
+        npys, flags = save_inputs(inputs, work)
         row = {}
         # The engine is built once (its tactics timed at these shapes), then run and timed.
         # The outputs first: a model Kiln cannot run is a finding, reported with its error.
@@ -175,11 +180,7 @@ def gpu_row(a, spec, batch, kiln):
     inputs = obtain.sample_inputs(spec, batch)
     row = {}
     with tempfile.TemporaryDirectory() as work:
-        npys = []
-        for n, v in inputs.items():
-            npys.append(os.path.join(work, n + ".npy"))
-            np.save(npys[-1], v)
-        flags = kiln_flags(list(inputs), npys)
+        npys, flags = save_inputs(inputs, work)
         engine = os.path.join(work, "model.engine")
         try:
             run([kiln, "build", model, "--target", "cuda", "--fp16", "-o", engine] + shape_flags(inputs))
