@@ -77,7 +77,7 @@ std::vector<DeviceTensor> globalAveragePool(OpContext& ctx) {
     dims.resize(x.dims.size(), 1);
     DeviceTensor y = ctx.output(0, x.logical, dims);
     const int64_t outer = x.dims[0] * x.dims[1];
-    launchRowMean(t, x.data, y.data, outer, outer ? x.numel() / outer : 0, ctx.stream());
+    launchReduce(t, ReduceOp::Mean, x.data, y.data, outer, outer ? x.numel() / outer : 0, 1, ctx.stream());
     return {y};
 }
 

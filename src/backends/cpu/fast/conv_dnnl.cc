@@ -59,8 +59,7 @@ std::optional<std::optional<Eltwise>> postOpActivation(const Node& n) {
     if (act == "Softplus") return Eltwise{A::eltwise_soft_relu};   // log(1 + e^x)
     // oneDNN 2.6 has no hardsigmoid; linear is only ever made here, so the key's algorithm
     // tells it apart.
-    if (act == "HardSigmoid") return Eltwise{A::eltwise_linear, n.attrs.getFloats("activation_params").empty() ? 0.2f : p[0],
-                                             n.attrs.getFloats("activation_params").size() < 2 ? 0.5f : p[1], true};
+    if (act == "HardSigmoid") return Eltwise{A::eltwise_linear, p.empty() ? 0.2f : p[0], p.size() < 2 ? 0.5f : p[1], true};
     return std::nullopt;
 }
 

@@ -1,5 +1,5 @@
 // Data movement and pooling kernels: one strided copy for Transpose/Concat/Split/Slice/
-// Expand, Gather, 2-D max/average pooling and row means (GlobalAveragePool).
+// Expand, Gather and 2-D max/average pooling (GlobalAveragePool is a mean reduction, reduce.cu).
 #include "backends/cuda/kernels/device_math.cuh"
 
 namespace kiln::cuda {
@@ -58,23 +58,6 @@ __global__ void pool2dKernel(Pool2d p, const T* x, T* y, int64_t total) {
             }
         }
         y[i] = fromFloat<T>(p.max ? acc : (count ? acc / count : 0.f));
-    }
-}
-
-// One block per row; threads stride over the row and reduce through shared memory.
-template <typename T>
-__global__ void rowMeanKernel(const T* x, T* y, int64_t inner) {
-    const T* row = x + blockIdx.x * inner;
-    float acc = 0.f;
-    for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) acc += toFloat(row[j]);
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    __shared__ float warp_sums[32];
-    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x / 32] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float total = 0.f;
-        for (int w = 0; w < int(blockDim.x / 32); ++w) total += warp_sums[w];
-        y[blockIdx.x] = fromFloat<T>(total / static_cast<float>(inner));
     }
 }
 
@@ -139,17 +122,6 @@ void launchPool2d(DType t, const Pool2d& p, const void* x, void* y, cudaStream_t
         pool2dKernel<T><<<gridFor(total, kThreads), kThreads, 0, s>>>(p, static_cast<const T*>(x), static_cast<T*>(y), total);
     });
     checkLaunch("pool2d");
-}
-
-void launchRowMean(DType t, const void* x, void* y, int64_t outer, int64_t inner, cudaStream_t s) {
-    clearStaleError();
-    if (outer == 0) return;
-    check(outer < (int64_t(1) << 31), "CUDA row mean: too many rows");
-    dispatchDeviceFloat(t, "GlobalAveragePool", [&](auto* tag) {
-        using T = std::remove_pointer_t<decltype(tag)>;
-        rowMeanKernel<T><<<static_cast<unsigned>(outer), inner >= 256 ? 256 : 32, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), inner);
-    });
-    checkLaunch("row mean");
 }
 
 }  // namespace kiln::cuda

@@ -141,9 +141,6 @@ struct Pool2d {
     bool max, count_include_pad, channels_last;
 };
 void launchPool2d(DType t, const Pool2d& p, const void* x, void* y, cudaStream_t s);
-// Mean over the `inner` contiguous elements of each of `outer` rows (GlobalAveragePool).
-void launchRowMean(DType t, const void* x, void* y, int64_t outer, int64_t inner, cudaStream_t s);
-
 // Reductions over the middle axis of [outer, r, inner] data; f32 accumulation, NaN kept by
 // Max and Min.
 enum class ReduceOp : int32_t { Sum, Mean, Max, Min };
