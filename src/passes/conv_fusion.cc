@@ -47,10 +47,16 @@ void fuseConvBiasActivation(Graph& g, const RouteValues& route) {
         }
         std::string act;
         std::vector<float> params;
+        int sigmoid = -1, mul = -1;
         if (fuse_act && c >= 0 && !erase[c] && fusableActivation(g, g.nodes[c], &act, &params)) {
             setActivation(fused, act, params);
             fused.outputs[0] = g.nodes[c].outputs[0];
             erase[c] = true;
+            changed = true;
+        } else if (fuse_act && siluOf(g, index, fused.outputs[0], &sigmoid, &mul) && !erase[sigmoid] && !erase[mul]) {
+            setActivation(fused, "Silu", {});  // x * sigmoid(x): EfficientNet's and YOLO's activation
+            fused.outputs[0] = g.nodes[mul].outputs[0];
+            erase[sigmoid] = erase[mul] = true;
             changed = true;
         }
         if (!changed) continue;

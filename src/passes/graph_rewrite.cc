@@ -132,6 +132,21 @@ bool fusableActivation(const Graph& g, const Node& n, std::string* name, std::ve
     return false;
 }
 
+bool siluOf(const Graph& g, const GraphIndex& index, const std::string& value, int* sigmoid, int* mul) {
+    const auto& users = index.consumers(value);
+    if (users.size() != 2 || index.isGraphOutput(value)) return false;
+    for (int k = 0; k < 2; ++k) {
+        const Node& s = g.nodes[users[k]];
+        const Node& m = g.nodes[users[1 - k]];
+        if (s.op_type != "Sigmoid" || !s.domain.empty() || s.outputs.size() != 1 || index.soleConsumer(s.outputs[0]) != users[1 - k]) continue;
+        if (m.op_type != "Mul" || !m.domain.empty() || m.inputs.size() != 2 || otherInput(m, value) != s.outputs[0]) continue;
+        *sigmoid = users[k];
+        *mul = users[1 - k];
+        return true;
+    }
+    return false;
+}
+
 void setActivation(Node& fused, const std::string& name, const std::vector<float>& params) {
     fused.attrs.set("activation", name);
     fused.attrs.set("activation_params", params);

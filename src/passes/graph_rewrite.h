@@ -58,6 +58,10 @@ bool reducesLastAxis(const Graph& g, const Node& n, const std::string& op);
 // Activation ops that can be fused as epilogues, with their parameters from attributes
 // or constant inputs. Returns false when `n` is not such an activation.
 bool fusableActivation(const Graph& g, const Node& n, std::string* name, std::vector<float>* params);
+// SiLU written out: `value` feeds exactly Sigmoid(value) and Mul(value, that sigmoid) (either
+// order), the sigmoid feeds only the Mul, and neither is a graph output. Sets the two nodes'
+// indices; the Mul's output is the SiLU's.
+bool siluOf(const Graph& g, const GraphIndex& index, const std::string& value, int* sigmoid, int* mul);
 // Stores an activation on a fused node as attributes "activation" / "activation_params".
 void setActivation(Node& fused, const std::string& name, const std::vector<float>& params);
 

@@ -77,6 +77,13 @@ void absorbActivation(Graph& g, const GraphIndex& index, Node& fused, std::vecto
         reshape = c, c = index.soleConsumer(g.nodes[c].outputs[0]);
     std::string act;
     std::vector<float> params;
+    int sigmoid = -1, mul = -1;
+    if (reshape < 0 && siluOf(g, index, fused.outputs[0], &sigmoid, &mul) && !erase[sigmoid] && !erase[mul]) {
+        setActivation(fused, "Silu", {});  // x * sigmoid(x), as Llama's MLP gate
+        fused.outputs[0] = g.nodes[mul].outputs[0];
+        erase[sigmoid] = erase[mul] = true;
+        return;
+    }
     if (c < 0 || erase[c] || !fusableActivation(g, g.nodes[c], &act, &params)) return;
     setActivation(fused, act, params);
     if (reshape >= 0) g.nodes[reshape].outputs[0] = g.nodes[c].outputs[0];

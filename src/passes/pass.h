@@ -50,6 +50,7 @@ Pass precisionAssignmentPass();
 Pass layoutAssignmentPass();
 Pass padIntoConvPass();
 Pass spatialMeanPoolPass();
+Pass conv1dAsConv2dPass();
 Pass softmaxFusionPass();
 Pass matmulWeightLayoutPass();
 

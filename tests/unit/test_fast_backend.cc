@@ -290,6 +290,8 @@ TEST(FastBackend, BlockedConvMatchesThePlainReference) {
         {16, 8, 3, 1, 1, 1, 1, 1, 1, 1, "Softplus", true, false},
         {16, 24, 1, 1, 0, 0, 0, 0, 1, 1, "HardSigmoid", true, false},  // a squeeze-excite gate: linear, then clip
         {8, 8, 3, 1, 1, 1, 1, 1, 1, 1, "HardSigmoid", false, true},
+        {16, 8, 3, 1, 1, 1, 1, 1, 1, 1, "Silu", true, false},  // x * sigmoid(x): oneDNN's swish
+        {8, 16, 1, 1, 0, 0, 0, 0, 1, 1, "Silu", false, true},
     };
     std::vector<std::string> tactics = {"reference"};
     for (const auto& t : fastTactics())
@@ -491,6 +493,20 @@ TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
             c.node.attrs.set("ceil_mode", ceil);
             expectTacticMatchesReference(c, "fast");
         }
+    // AveragePool: asymmetric pads, padding counted in the divisor or not, ceil windows that
+    // reach past the padded image.
+    for (int64_t ceil : {0, 1})
+        for (int64_t include : {0, 1})
+            for (const auto& [k, s, pads] : std::vector<std::tuple<int64_t, int64_t, std::vector<int64_t>>>{
+                     {3, 1, {1, 1, 1, 1}}, {3, 2, {0, 1, 2, 0}}, {2, 2, {0, 0, 0, 0}}, {5, 3, {2, 2, 1, 1}}}) {
+                Case c{node("AveragePool"), {randomTensor({2, 3, 9, 10}, rng)}};
+                c.node.attrs.set("kernel_shape", std::vector<int64_t>{k, k});
+                c.node.attrs.set("strides", std::vector<int64_t>{s, s});
+                c.node.attrs.set("pads", pads);
+                c.node.attrs.set("ceil_mode", ceil);
+                c.node.attrs.set("count_include_pad", include);
+                expectTacticMatchesReference(c, "fast");
+            }
     // The 2x2/s2 fast path (rows of 8 outputs vectorized, the rest scalar) and odd sizes.
     for (const Dims& dims : {Dims{2, 3, 8, 8}, Dims{2, 3, 9, 11}, Dims{2, 3, 6, 41}}) {
         Case c{node("MaxPool"), {randomTensor(dims, rng)}};
@@ -517,7 +533,7 @@ TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
         Case act{node(op), {randomTensor({3, 5000}, rng, -4, 4)}};
         expectTacticMatchesReference(act, "fast");
     }
-    for (const char* op : {"Tanh", "Erf", "Gelu"}) {  // past the rational approximations' clamps
+    for (const char* op : {"Tanh", "Erf", "Gelu", "Sigmoid"}) {  // past the approximations' clamps
         Case wide{node(op), {randomTensor({4, 4000}, rng, -20, 20)}};
         expectTacticMatchesReference(wide, "fast");
     }
@@ -530,6 +546,18 @@ TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
     chain.node.attrs.set("swapped", std::vector<int64_t>(7, 0));
     chain.node.attrs.set("params", std::vector<float>(14, 0.0f));
     expectTacticMatchesReference(chain, "fast");
+    // The polynomial exp over its whole range (sigmoid saturating both ways, exp near its
+    // overflow and underflow), and SiLU in a chain.
+    Case exps{node("ElementwiseChain", "kiln"), {randomTensor({4, 3000}, rng, -87, 88)}};
+    exps.node.attrs.set("ops", std::vector<std::string>{"Exp"});
+    exps.node.attrs.set("operand", std::vector<int64_t>{-1});
+    exps.node.attrs.set("swapped", std::vector<int64_t>{0});
+    exps.node.attrs.set("params", std::vector<float>(2, 0.0f));
+    expectTacticMatchesReference(exps, "fast");
+    Case silu = exps;
+    silu.inputs = {randomTensor({4, 3000}, rng, -100, 100)};
+    silu.node.attrs.set("ops", std::vector<std::string>{"Silu"});
+    expectTacticMatchesReference(silu, "fast");
 }
 
 TEST(FastBackend, EveryTacticParameterListsReferenceAndAuto) {

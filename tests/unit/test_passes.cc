@@ -172,6 +172,120 @@ TEST(Passes, SpatialMeanBecomesGlobalAveragePool) {
     }
 }
 
+// 1-D convs run as 2-D ones over a unit axis: the activation and BatchNormalization between
+// two convs stay in 4-D, and a Squeeze restores each 3-D value something else reads (here a
+// graph output). Opset 11 takes the axes as an attribute, 13 as an input.
+TEST(Passes, Conv1dRunsAsConv2dOverAUnitAxis) {
+    for (int64_t opset : {11, 17}) {
+        std::mt19937 rng(12);
+        Graph g = withInput({2, 4, 21});
+        g.opset = opset;
+        g.initializers["w1"] = randomTensor({6, 2, 3}, rng);
+        g.initializers["b1"] = randomTensor({6}, rng);
+        g.initializers["w2"] = randomTensor({5, 6, 2}, rng);
+        for (const char* p : {"scale", "bias", "mean"}) g.initializers[p] = randomTensor({6}, rng);
+        g.initializers["var"] = randomTensor({6}, rng, 0.5, 1.5);
+        Attributes a1, a2;
+        a1.set("strides", std::vector<int64_t>{2});
+        a1.set("pads", std::vector<int64_t>{1, 0});
+        a1.set("group", int64_t{2});
+        a2.set("dilations", std::vector<int64_t>{2});
+        g.nodes = {Node{"c1", "Conv", "", {"x", "w1", "b1"}, {"c1"}, a1}, Node{"bn", "BatchNormalization", "", {"c1", "scale", "bias", "mean", "var"}, {"n1"}, {}},
+                   Node{"act", "Relu", "", {"n1"}, {"r1"}, {}}, Node{"c2", "Conv", "", {"r1", "w2"}, {"y"}, a2}};
+        g.outputs = {{"y", DType::F32, {}}, {"r1", DType::F32, {}}};
+        Graph after = g;
+        conv1dAsConv2dPass().run(after, defaults());
+        topologicalSort(after);
+        verifyGraph(after);
+        auto ops = opTypes(after);
+        std::sort(ops.begin(), ops.end());
+        EXPECT_EQ(ops, (std::vector<std::string>{"BatchNormalization", "Conv", "Conv", "Relu", "Squeeze", "Squeeze", "Unsqueeze"})) << opset;
+        for (const auto& n : after.nodes) {
+            if (n.op_type == "Conv") EXPECT_EQ(after.initializers.at(n.inputs[1]).rank(), 4u);
+        }
+        expectSameOutputs(g, after, {2, 4, 21});
+        // The whole pipeline: the 2-D convs fuse what follows them.
+        Graph opt = optimizeGraph(g, defaults());
+        expectSameOutputs(g, opt, {2, 4, 21});
+    }
+}
+
+// A BatchNormalization folds into the ConvTranspose before it (output channels on the
+// weight's axis 1); one after a Concat becomes a per-channel Mul and Add.
+TEST(Passes, BatchNormFoldsIntoConvTransposeOrBecomesAffine) {
+    std::mt19937 rng(14);
+    Graph g = withInput({2, 3, 5, 5});
+    g.initializers["w"] = randomTensor({3, 4, 2, 2}, rng);
+    g.initializers["b"] = randomTensor({4}, rng);
+    for (const std::string bn : {"d", "c"}) {
+        const int64_t C = bn == "d" ? 4 : 7;
+        for (const char* p : {"scale", "bias", "mean"}) g.initializers[bn + p] = randomTensor({C}, rng);
+        g.initializers[bn + "var"] = randomTensor({C}, rng, 0.5, 1.5);
+    }
+    Attributes up;
+    up.set("strides", std::vector<int64_t>{2, 2});
+    Attributes axis;
+    axis.set("axis", int64_t{1});
+    g.nodes = {Node{"up", "ConvTranspose", "", {"x", "w", "b"}, {"u"}, up},
+               Node{"bn1", "BatchNormalization", "", {"u", "dscale", "dbias", "dmean", "dvar"}, {"n"}, {}},
+               Node{"pool", "MaxPool", "", {"n"}, {"p"}, {}},
+               Node{"cat", "Concat", "", {"x", "p"}, {"c"}, axis},
+               Node{"bn2", "BatchNormalization", "", {"c", "cscale", "cbias", "cmean", "cvar"}, {"y"}, {}}};
+    g.nodes[2].attrs.set("kernel_shape", std::vector<int64_t>{2, 2});
+    g.nodes[2].attrs.set("strides", std::vector<int64_t>{2, 2});
+    g.value_info["c"] = ValueInfo{"c", DType::F32, Shape::fromDims({2, 7, 5, 5})};
+    g.outputs = {{"y", DType::F32, {}}};
+    Graph after = g;
+    batchNormFoldingPass().run(after, defaults());
+    topologicalSort(after);
+    verifyGraph(after);
+    EXPECT_EQ(opTypes(after), (std::vector<std::string>{"ConvTranspose", "MaxPool", "Concat", "Mul", "Add"}));
+    expectSameOutputs(g, after, {2, 3, 5, 5});
+}
+
+// A zero Pad before an AveragePool joins its padding, counted in the divisor as the padded
+// zeros were; not when the pool's own padding is left out of its divisor.
+TEST(Passes, PadFoldsIntoAveragePool) {
+    for (int64_t own_pad : {0, 1}) {
+        Graph g = withInput({2, 3, 7, 8});
+        g.initializers["pads"] = Tensor::fromVector<int64_t>({8}, {0, 0, 1, 2, 0, 0, 1, 0});
+        Attributes a;
+        a.set("kernel_shape", std::vector<int64_t>{3, 3});
+        a.set("pads", std::vector<int64_t>(4, own_pad));
+        g.nodes = {Node{"pad", "Pad", "", {"x", "pads"}, {"p"}, {}}, Node{"pool", "AveragePool", "", {"p"}, {"y"}, a}};
+        g.outputs = {{"y", DType::F32, {}}};
+        Graph after = g;
+        padIntoConvPass().run(after, defaults());
+        EXPECT_EQ(opTypes(after), own_pad ? (std::vector<std::string>{"Pad", "AveragePool"}) : std::vector<std::string>{"AveragePool"});
+        expectSameOutputs(g, after, {2, 3, 7, 8});
+    }
+}
+
+// SiLU written out (Sigmoid and Mul of the same value) becomes the conv's and the GEMM's
+// fused activation; a Sigmoid with another reader stays.
+TEST(Passes, SiluFusesIntoConvAndGemm) {
+    std::mt19937 rng(13);
+    Graph g = withInput({2, 3, 6, 6});
+    g.initializers["w"] = randomTensor({4, 3, 3, 3}, rng);
+    g.initializers["m"] = randomTensor({4, 5}, rng);
+    g.initializers["bm"] = randomTensor({5}, rng);
+    g.nodes = {Node{"conv", "Conv", "", {"x", "w"}, {"c"}, {}}, Node{"sig", "Sigmoid", "", {"c"}, {"s"}, {}}, Node{"mul", "Mul", "", {"s", "c"}, {"h"}, {}},
+               Node{"mm", "MatMul", "", {"h", "m"}, {"q"}, {}}, Node{"bias", "Add", "", {"q", "bm"}, {"p"}, {}},
+               Node{"sig2", "Sigmoid", "", {"p"}, {"s2"}, {}}, Node{"mul2", "Mul", "", {"p", "s2"}, {"y"}, {}}};
+    g.outputs = {{"y", DType::F32, {}}};
+    Graph after = g;
+    convBiasActivationFusionPass().run(after, defaults());
+    gemmBiasActivationFusionPass().run(after, defaults());
+    topologicalSort(after);
+    verifyGraph(after);
+    ASSERT_EQ(opTypes(after), (std::vector<std::string>{"FusedConv", "FusedMatMul"}));
+    for (const auto& n : after.nodes) EXPECT_EQ(n.attrs.getString("activation", ""), "Silu") << n.op_type;
+    expectSameOutputs(g, after, {2, 3, 6, 6});
+    g.outputs.push_back({"s", DType::F32, {}});  // the conv's sigmoid is read: not a SiLU
+    convBiasActivationFusionPass().run(g, defaults());
+    EXPECT_EQ(opTypes(g)[0], "Conv");
+}
+
 // A residual Add joins the Conv epilogue when both sides have the same shape at run time:
 // equal sizes or the same named symbol (a symbolic batch), not when a dim is unknown.
 TEST(Passes, ConvResidualFusesAcrossASymbolicBatch) {

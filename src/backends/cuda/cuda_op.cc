@@ -141,7 +141,7 @@ UnaryFn unaryFromName(const std::string& name, float a, float b, const OpContext
         {"Softplus", UnaryOp::Softplus}, {"Exp", UnaryOp::Exp}, {"Log", UnaryOp::Log}, {"Sqrt", UnaryOp::Sqrt}, {"Neg", UnaryOp::Neg},
         {"Abs", UnaryOp::Abs}, {"Erf", UnaryOp::Erf}, {"Reciprocal", UnaryOp::Reciprocal}, {"Floor", UnaryOp::Floor}, {"Ceil", UnaryOp::Ceil},
         {"Sin", UnaryOp::Sin}, {"Cos", UnaryOp::Cos}, {"Elu", UnaryOp::Elu}, {"Selu", UnaryOp::Selu}, {"Softsign", UnaryOp::Softsign},
-        {"Sign", UnaryOp::Sign}, {"Round", UnaryOp::Round},
+        {"Sign", UnaryOp::Sign}, {"Round", UnaryOp::Round}, {"Silu", UnaryOp::Silu},
     };
     auto it = table.find(name);
     if (it == table.end()) ctx.unsupported("activation '" + name + "'");

@@ -52,6 +52,7 @@ std::optional<std::optional<Eltwise>> postOpActivation(const Node& n) {
     if (act == "LeakyRelu") return Eltwise{A::eltwise_relu, p[0]};
     if (act == "Clip") return Eltwise{A::eltwise_clip, p[0], p[1]};
     if (act == "Sigmoid") return Eltwise{A::eltwise_logistic};
+    if (act == "Silu") return Eltwise{A::eltwise_swish, 1.f};  // x * sigmoid(alpha x)
     if (act == "Tanh") return Eltwise{A::eltwise_tanh};
     if (act == "Gelu") return Eltwise{A::eltwise_gelu_erf};
     if (act == "GeluTanh") return Eltwise{A::eltwise_gelu_tanh};

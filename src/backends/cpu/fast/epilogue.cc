@@ -1,12 +1,16 @@
 #include "backends/cpu/fast/epilogue.h"
 
+#include <bit>
+#include <cstdint>
+#include <limits>
+
 #include "ir/error.h"
 
 namespace kiln {
 
 Activation Activation::fromNode(const Node& n) {
     static const std::pair<const char*, ActKind> names[] = {
-        {"none", ActKind::None}, {"Relu", ActKind::Relu}, {"Clip", ActKind::Clip}, {"Sigmoid", ActKind::Sigmoid}, {"Tanh", ActKind::Tanh},
+        {"none", ActKind::None}, {"Relu", ActKind::Relu}, {"Clip", ActKind::Clip}, {"Sigmoid", ActKind::Sigmoid}, {"Silu", ActKind::Silu}, {"Tanh", ActKind::Tanh},
         {"LeakyRelu", ActKind::LeakyRelu}, {"HardSigmoid", ActKind::HardSigmoid}, {"HardSwish", ActKind::HardSwish}, {"Gelu", ActKind::Gelu},
         {"GeluTanh", ActKind::GeluTanh}, {"Softplus", ActKind::Softplus}, {"Erf", ActKind::Erf}, {"Exp", ActKind::Exp}, {"Log", ActKind::Log},
         {"Sqrt", ActKind::Sqrt}, {"Neg", ActKind::Neg}, {"Abs", ActKind::Abs}, {"Reciprocal", ActKind::Reciprocal}};
@@ -76,6 +80,29 @@ inline float fastErf(float x) {
     return p / q;
 }
 
+// exp as Cephes' expf: x = n ln2 + r, a degree-6 polynomial in r, 2^n through the exponent
+// bits (n rounded by the 1.5 * 2^23 trick, which needs no libm call): about 1 ulp, and
+// vectorizable, unlike expf. Above 88.72 it gives inf as expf does; below -87.3 the smallest
+// normal float (expf goes on into denormals: an error under 1.2e-38).
+inline float fastExp(float x) {
+    const float big = x > 88.7228394f ? std::numeric_limits<float>::infinity() : 0.0f;
+    x = x < -87.3365479f ? -87.3365479f : (x > 88.0f ? 88.0f : x);
+    const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer in the low mantissa bits
+    const float t = x * 1.44269504088896341f + magic;
+    const float n = t - magic;
+    const float r = x - n * 0.693359375f - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const int32_t e = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(magic);
+    const float scale = std::bit_cast<float>((e + 127) << 23);
+    return big != 0.0f ? big : p * scale;
+}
+
 KILN_CLONES void activateRow(float* y, int64_t n, ActKind kind, float a, float b) {
     switch (kind) {
         case ActKind::Erf:
@@ -92,6 +119,15 @@ KILN_CLONES void activateRow(float* y, int64_t n, ActKind kind, float a, float b
                 const float v = y[i];
                 y[i] = 0.5f * v * (1.0f + fastTanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
             }
+            return;
+        case ActKind::Sigmoid:
+            for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + fastExp(-y[i]));
+            return;
+        case ActKind::Silu:
+            for (int64_t i = 0; i < n; ++i) y[i] = y[i] / (1.0f + fastExp(-y[i]));
+            return;
+        case ActKind::Exp:
+            for (int64_t i = 0; i < n; ++i) y[i] = fastExp(y[i]);
             return;
         case ActKind::None: return;
         case ActKind::Relu:

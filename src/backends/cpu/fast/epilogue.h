@@ -9,7 +9,7 @@
 namespace kiln {
 
 // Activations and the other unary steps elementwise chains use.
-enum class ActKind { None, Relu, Clip, Sigmoid, Tanh, LeakyRelu, HardSigmoid, HardSwish, Gelu, GeluTanh, Softplus, Erf, Exp, Log, Sqrt, Neg, Abs, Reciprocal };
+enum class ActKind { None, Relu, Clip, Sigmoid, Silu, Tanh, LeakyRelu, HardSigmoid, HardSwish, Gelu, GeluTanh, Softplus, Erf, Exp, Log, Sqrt, Neg, Abs, Reciprocal };
 
 struct Activation {
     ActKind kind = ActKind::None;
@@ -26,6 +26,7 @@ inline float activate(const Activation& act, float v) {
         // are libm calls that drop NaN).
         case ActKind::Clip: return std::min(std::max(v, act.a), act.b);
         case ActKind::Sigmoid: return 1.0f / (1.0f + std::exp(-v));
+        case ActKind::Silu: return v / (1.0f + std::exp(-v));
         case ActKind::Tanh: return std::tanh(v);
         case ActKind::LeakyRelu: return v >= 0 ? v : act.a * v;
         case ActKind::HardSigmoid: return std::min(std::max(act.a * v + act.b, 0.0f), 1.0f);

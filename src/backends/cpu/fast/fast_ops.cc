@@ -168,14 +168,19 @@ __attribute__((target("avx2"))) int64_t maxPool2x2RowAvx2(const float* r0, const
 }
 
 // MaxPool over 2-D f32 NCHW without dilation or Indices output.
-std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
+// A 2-D pooling window's geometry over NCHW f32 (dilation 1, one output); false for the
+// rest, which the reference kernel takes.
+struct Pool2d {
+    int64_t N, C, H, W, OH, OW, kh, kw, sh, sw, pt, pl, pb, pr;
+};
+bool pool2dGeometry(const KernelContext& ctx, Pool2d* p) {
     const Tensor& x = ctx.input(0);
     const Attributes& a = ctx.attrs();
-    if (x.dtype() != DType::F32 || x.rank() != 4 || ctx.numOutputs() > 1 || a.getInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return referenceFallback(ctx);
+    if (x.dtype() != DType::F32 || x.rank() != 4 || ctx.numOutputs() > 1 || a.getInts("dilations", {1, 1}) != std::vector<int64_t>{1, 1}) return false;
     const auto k = a.getInts("kernel_shape");
     const auto st = a.getInts("strides", {1, 1});
-    if (k.size() != 2 || st.size() != 2) return referenceFallback(ctx);
-    const int64_t N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
+    if (k.size() != 2 || st.size() != 2) return false;
+    const int64_t H = x.dims()[2], W = x.dims()[3];
     SpatialPads pads = resolvePads(ctx, {H, W}, k, st, {1, 1});
     const bool ceil_mode = a.getInt("ceil_mode", 0) != 0;
     const std::string auto_pad = a.getString("auto_pad", "NOTSET");
@@ -190,11 +195,20 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
         out[d] = (ceil_mode ? (span + st[d] - 1) / st[d] : span / st[d]) + 1;
         if (ceil_mode && (out[d] - 1) * st[d] >= in[d] + pads.begin[d]) --out[d];
     }
-    if (out[0] <= 0 || out[1] <= 0) return referenceFallback(ctx);
+    if (out[0] <= 0 || out[1] <= 0) return false;
+    *p = {x.dims()[0], x.dims()[1], H, W, out[0], out[1], k[0], k[1], st[0], st[1], pads.begin[0], pads.begin[1], pads.end[0], pads.end[1]};
+    return true;
+}
+
+std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
+    Pool2d g;
+    if (!pool2dGeometry(ctx, &g)) return referenceFallback(ctx);
+    const int64_t N = g.N, C = g.C, H = g.H, W = g.W;
+    const int64_t out[2] = {g.OH, g.OW}, k[2] = {g.kh, g.kw}, st[2] = {g.sh, g.sw};
     Tensor y = ctx.output(0, DType::F32, {N, C, out[0], out[1]});
-    const float* px = x.data<float>();
+    const float* px = ctx.input(0).data<float>();
     float* py = y.data<float>();
-    if (k[0] == 2 && k[1] == 2 && st[0] == 2 && st[1] == 2 && pads.begin[0] == 0 && pads.begin[1] == 0 && out[0] * 2 <= H && out[1] * 2 <= W) {
+    if (k[0] == 2 && k[1] == 2 && st[0] == 2 && st[1] == 2 && g.pt == 0 && g.pl == 0 && out[0] * 2 <= H && out[1] * 2 <= W) {
         // The common 2x2 / stride-2 window, with no padding inside the image: no bounds checks.
         // Parallel from 4K outputs (small_cnn's pool at batch 2, 8K outputs: 5.7 -> 3.9 us).
         const bool avx2 = cpuHasAvx2Fma();
@@ -213,13 +227,49 @@ std::vector<Tensor> fastMaxPool(const KernelContext& ctx) {
     parallelFor(N * C, N * C * out[0] * out[1] > 4096, [&](int64_t nc) {
         for (int64_t oh = 0; oh < out[0]; ++oh)
             for (int64_t ow = 0; ow < out[1]; ++ow) {
-                const int64_t h0 = std::max<int64_t>(oh * st[0] - pads.begin[0], 0), h1 = std::min<int64_t>(oh * st[0] - pads.begin[0] + k[0], H);
-                const int64_t w0 = std::max<int64_t>(ow * st[1] - pads.begin[1], 0), w1 = std::min<int64_t>(ow * st[1] - pads.begin[1] + k[1], W);
+                const int64_t h0 = std::max<int64_t>(oh * st[0] - g.pt, 0), h1 = std::min<int64_t>(oh * st[0] - g.pt + k[0], H);
+                const int64_t w0 = std::max<int64_t>(ow * st[1] - g.pl, 0), w1 = std::min<int64_t>(ow * st[1] - g.pl + k[1], W);
                 float m = -INFINITY;
                 for (int64_t h = h0; h < h1; ++h)
                     for (int64_t w = w0; w < w1; ++w) m = maxOrNan(m, px[(nc * H + h) * W + w]);
                 py[(nc * out[0] + oh) * out[1] + ow] = m;
             }
+    });
+    return {y};
+}
+
+// AveragePool: each window's sum over the image, divided by the window's size within the
+// padded image (count_include_pad) or within the image. The row sums of an output row's
+// window are taken once (a column of kh rows, summed per input column), then the kw-wide
+// sums slide along it.
+std::vector<Tensor> fastAveragePool(const KernelContext& ctx) {
+    Pool2d g;
+    if (!pool2dGeometry(ctx, &g)) return referenceFallback(ctx);
+    const bool include_pad = ctx.attrs().getInt("count_include_pad", 0) != 0;
+    Tensor y = ctx.output(0, DType::F32, {g.N, g.C, g.OH, g.OW});
+    const float* px = ctx.input(0).data<float>();
+    float* py = y.data<float>();
+    parallelFor(g.N * g.C, g.N * g.C * g.OH * g.OW > 4096, [&](int64_t nc) {
+        thread_local std::vector<double> cols;
+        cols.resize(static_cast<size_t>(g.W));
+        for (int64_t oh = 0; oh < g.OH; ++oh) {
+            const int64_t hs = oh * g.sh - g.pt, h0 = std::max<int64_t>(hs, 0), h1 = std::min<int64_t>(hs + g.kh, g.H);
+            std::fill(cols.begin(), cols.end(), 0.0);
+            for (int64_t h = h0; h < h1; ++h) {
+                const float* row = px + (nc * g.H + h) * g.W;
+                for (int64_t w = 0; w < g.W; ++w) cols[w] += row[w];
+            }
+            const int64_t rows_in = h1 - h0, rows_padded = std::min<int64_t>(hs + g.kh, g.H + g.pb) - std::max<int64_t>(hs, -g.pt);
+            float* yr = py + (nc * g.OH + oh) * g.OW;
+            for (int64_t ow = 0; ow < g.OW; ++ow) {
+                const int64_t ws = ow * g.sw - g.pl, w0 = std::max<int64_t>(ws, 0), w1 = std::min<int64_t>(ws + g.kw, g.W);
+                double sum = 0;
+                for (int64_t w = w0; w < w1; ++w) sum += cols[w];
+                const int64_t cols_padded = std::min<int64_t>(ws + g.kw, g.W + g.pr) - std::max<int64_t>(ws, -g.pl);
+                const int64_t count = include_pad ? rows_padded * cols_padded : rows_in * (w1 - w0);
+                yr[ow] = count > 0 ? static_cast<float>(sum / static_cast<double>(count)) : 0.0f;
+            }
+        }
     });
     return {y};
 }
@@ -331,6 +381,7 @@ std::vector<Tensor> fastActivation(const KernelContext& ctx) {
 void addFastOpTactics(std::vector<Tactic>& t) {
     t.push_back({"fast", "elementwise", {"Gelu", "Relu", "Sigmoid", "Tanh", "Erf", "HardSwish", "LeakyRelu"}, supportsAnyNode, fastActivation});
     t.push_back({"fast", "pool", {"MaxPool"}, supportsAnyNode, fastMaxPool});
+    t.push_back({"fast", "pool", {"AveragePool"}, supportsAnyNode, fastAveragePool});
     t.push_back({"fast", "pool", {"GlobalAveragePool"}, supportsAnyNode, fastGlobalAveragePool});
     t.push_back({"fast", "data", {"Transpose"}, supportsAnyNode, fastTranspose});
     t.push_back({"fast", "norm", {"LayerNormalization", "Softmax"}, supportsAnyNode, nullptr});

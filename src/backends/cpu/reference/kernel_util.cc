@@ -107,6 +107,7 @@ std::function<double(double)> unaryFunction(const std::string& name, float p0, f
     const double a = p0, b = p1;
     if (name == "Relu") return [](double v) { return v > 0 ? v : 0.0; };
     if (name == "Sigmoid") return [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+    if (name == "Silu") return [](double v) { return v / (1.0 + std::exp(-v)); };  // x * sigmoid(x), fused by the passes
     if (name == "Tanh") return [](double v) { return std::tanh(v); };
     if (name == "LeakyRelu") return [a](double v) { return v >= 0 ? v : a * v; };
     if (name == "Clip") return [a, b](double v) { return std::isnan(v) ? v : std::min(std::max(v, a), b); };

@@ -23,6 +23,7 @@ __device__ __forceinline__ float applyUnary(const UnaryFn& f, float v) {
         case UnaryOp::Identity: return v;
         case UnaryOp::Relu: return v > 0.f ? v : 0.f;
         case UnaryOp::Sigmoid: return 1.f / (1.f + expf(-v));
+        case UnaryOp::Silu: return v / (1.f + expf(-v));
         case UnaryOp::Tanh: return tanhf(v);
         case UnaryOp::LeakyRelu: return v >= 0.f ? v : f.a * v;
         case UnaryOp::Clip: return isnan(v) ? v : fminf(fmaxf(v, f.a), f.b);

@@ -44,7 +44,7 @@ View6 classifyView(View6 v, const Shape6& shape);
 
 enum class UnaryOp : int32_t {
     Identity, Relu, Sigmoid, Tanh, LeakyRelu, Clip, HardSigmoid, HardSwish, Gelu, GeluTanh, Softplus,
-    Exp, Log, Sqrt, Neg, Abs, Erf, Reciprocal, Floor, Ceil, Sin, Cos, Elu, Selu, Softsign, Sign, Round,
+    Exp, Log, Sqrt, Neg, Abs, Erf, Reciprocal, Floor, Ceil, Sin, Cos, Elu, Selu, Softsign, Sign, Round, Silu,
 };
 struct UnaryFn {
     UnaryOp op = UnaryOp::Identity;
