@@ -228,12 +228,14 @@ TEST(FastBackend, ChannelBlockKernelsMatchReference) {
     struct Pool {
         const char* op;
         std::vector<int64_t> kernel, strides, pads;
-        int64_t ceil;
+        int64_t ceil, include_pad = 0;
     };
     for (const Pool& p : std::vector<Pool>{{"MaxPool", {3, 3}, {2, 2}, {1, 1, 1, 1}, 0},
                                            {"MaxPool", {2, 2}, {2, 2}, {0, 0, 0, 0}, 1},
                                            {"AveragePool", {2, 2}, {1, 1}, {1, 1, 0, 0}, 0},
                                            {"AveragePool", {3, 3}, {2, 2}, {0, 0, 0, 0}, 1},
+                                           {"AveragePool", {3, 3}, {1, 1}, {1, 1, 1, 1}, 0, 1},  // Inception's: padding counted
+                                           {"AveragePool", {3, 3}, {2, 2}, {1, 0, 0, 1}, 1, 1},  // ceil windows past the padding
                                            {"GlobalAveragePool", {}, {}, {}, 0},
                                            {"GlobalMaxPool", {}, {}, {}, 0}})
     for (int64_t block : {8, 16}) {
@@ -247,6 +249,7 @@ TEST(FastBackend, ChannelBlockKernelsMatchReference) {
             c.node.attrs.set("strides", p.strides);
             c.node.attrs.set("pads", p.pads);
             c.node.attrs.set("ceil_mode", p.ceil);
+            c.node.attrs.set("count_include_pad", p.include_pad);
         }
         if (std::string(p.op) == "MaxPool") {  // NaN positions must agree; compare the rest
             const KernelContext ctx{c.node, {&c.inputs[0]}, 17, nullptr};
@@ -558,6 +561,41 @@ TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
     silu.inputs = {randomTensor({4, 3000}, rng, -100, 100)};
     silu.node.attrs.set("ops", std::vector<std::string>{"Silu"});
     expectTacticMatchesReference(silu, "fast");
+}
+
+// Resize over the last two axes, by scales and by sizes, in every mode and the coordinate
+// modes exporters use; a resize of an outer axis falls back to the reference.
+TEST(FastBackend, ResizeMatchesReference) {
+    std::mt19937 rng(41);
+    struct R {
+        const char *mode, *coord, *nearest;
+        std::vector<float> scales;
+        std::vector<int64_t> sizes;
+        int64_t exclude_outside = 0;
+    };
+    const std::vector<R> cases = {
+        {"nearest", "asymmetric", "floor", {1, 1, 2, 2}, {}},  // torch's nearest upsampling
+        {"nearest", "half_pixel", "round_prefer_floor", {1, 1, 1.5f, 0.75f}, {}},
+        {"nearest", "tf_half_pixel_for_nn", "round_prefer_ceil", {}, {2, 3, 13, 5}},
+        {"linear", "half_pixel", "", {1, 1, 2, 2}, {}},
+        {"linear", "pytorch_half_pixel", "", {}, {2, 3, 1, 17}},  // one output row
+        {"linear", "align_corners", "", {}, {2, 3, 16, 20}},
+        {"linear", "asymmetric", "", {1, 1, 0.5f, 0.5f}, {}},
+        {"cubic", "half_pixel", "", {1, 1, 2, 2}, {}},
+        {"cubic", "align_corners", "", {}, {2, 3, 11, 9}, 1},
+        {"linear", "half_pixel", "", {1, 2, 2, 2}, {}},  // the channel axis too: reference
+    };
+    for (const R& r : cases) {
+        SCOPED_TRACE(std::string(r.mode) + " " + r.coord);
+        Case c{node("Resize"), {randomTensor({2, 3, 7, 9}, rng), Tensor{}, Tensor{}, Tensor{}}};
+        c.node.attrs.set("mode", std::string(r.mode));
+        c.node.attrs.set("coordinate_transformation_mode", std::string(r.coord));
+        if (*r.nearest) c.node.attrs.set("nearest_mode", std::string(r.nearest));
+        c.node.attrs.set("exclude_outside", r.exclude_outside);
+        if (!r.scales.empty()) c.inputs[2] = Tensor::fromVector<float>({4}, r.scales);
+        else c.inputs[3] = Tensor::fromVector<int64_t>({4}, r.sizes);
+        expectTacticMatchesReference(c, "fast");
+    }
 }
 
 TEST(FastBackend, EveryTacticParameterListsReferenceAndAuto) {

@@ -166,11 +166,24 @@ void globalPoolBlocked(const float* px, float* py, int64_t planes, int64_t HW, i
     });
 }
 
-// The windows of one output row of a blocked MaxPool / AveragePool (padding not counted).
+// The windows of one output row of a blocked MaxPool / AveragePool.
 struct PoolWindows {
     int64_t H, W, OW, KH, KW, sh, sw, dh, dw, pt, pl;
     bool max;
     int64_t B;  // channels per pixel
+    bool include_pad = false;  // AveragePool's count_include_pad: the divisor counts taps in the padded image
+    int64_t pb = 0, pr = 0;
+
+    // An average's divisor: the taps inside the image (`inside`), or inside the padded image.
+    float divisor(int64_t oh, int64_t ow, int64_t inside) const {
+        if (!include_pad) return static_cast<float>(inside);
+        auto taps = [](int64_t start, int64_t k, int64_t d, int64_t lo, int64_t hi) {
+            int64_t n = 0;
+            for (int64_t i = 0; i < k; ++i) n += start + i * d >= lo && start + i * d < hi;
+            return n;
+        };
+        return static_cast<float>(taps(oh * sh - pt, KH, dh, -pt, H + pb) * taps(ow * sw - pl, KW, dw, -pl, W + pr));
+    }
 
     template <typename Visit>
     int64_t window(int64_t oh, int64_t ow, Visit visit) const {  // visits the pixels inside; returns their count
@@ -194,7 +207,8 @@ struct PoolWindows {
             const int64_t count = window(oh, ow, [&](int64_t at) {
                 for (int64_t l = 0; l < B; ++l) acc[l] = max ? maxOrNan(acc[l], plane[at + l]) : acc[l] + plane[at + l];
             });
-            for (int64_t l = 0; l < B; ++l) dst[ow * B + l] = max ? acc[l] : (count ? acc[l] / static_cast<float>(count) : 0.f);
+            const float div = max ? 1.f : divisor(oh, ow, count);
+            for (int64_t l = 0; l < B; ++l) dst[ow * B + l] = max ? acc[l] : (div > 0 ? acc[l] / div : 0.f);
         }
     }
     // The same with one vector per pixel and group of 8 lanes.
@@ -240,7 +254,8 @@ struct PoolWindows {
                     ++count;
                 }
             }
-            if (!max) acc = _mm512_mul_ps(acc, _mm512_set1_ps(count ? 1.f / static_cast<float>(count) : 0.f));
+            const float div = max ? 1.f : divisor(oh, ow, count);
+            if (!max) acc = _mm512_mul_ps(acc, _mm512_set1_ps(div > 0 ? 1.f / div : 0.f));
             _mm512_storeu_ps(dst + ow * 16, acc);
             ++ow;
         }
@@ -283,7 +298,8 @@ struct PoolWindows {
                     ++count;
                 }
             }
-            if (!max) acc = _mm256_mul_ps(acc, _mm256_set1_ps(count ? 1.f / static_cast<float>(count) : 0.f));
+            const float div = max ? 1.f : divisor(oh, ow, count);
+            if (!max) acc = _mm256_mul_ps(acc, _mm256_set1_ps(div > 0 ? 1.f / div : 0.f));
             _mm256_storeu_ps(dst + ow * B, acc);
             ++ow;
         }
@@ -291,8 +307,7 @@ struct PoolWindows {
 };
 
 // BlockedPool (attribute "pool": MaxPool, AveragePool, GlobalAveragePool or GlobalMaxPool) on
-// [N, C/B, H, W, B]: each window's pixels are B / 8 8-lane vectors. AveragePool counting the
-// padding takes the reference kernel.
+// [N, C/B, H, W, B]: each window's pixels are B / 8 8-lane vectors.
 std::vector<Tensor> fastBlockedPool(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const Attributes& a = ctx.attrs();
@@ -308,13 +323,14 @@ std::vector<Tensor> fastBlockedPool(const KernelContext& ctx) {
     const bool max = pool == "MaxPool";
     const auto k = a.getInts("kernel_shape");
     const auto st = a.getInts("strides", {1, 1}), dil = a.getInts("dilations", {1, 1});
-    if ((!max && (pool != "AveragePool" || a.getInt("count_include_pad", 0) != 0)) || k.size() != 2 || st.size() != 2 || dil.size() != 2) return referenceFallback(ctx);
+    if ((!max && pool != "AveragePool") || k.size() != 2 || st.size() != 2 || dil.size() != 2) return referenceFallback(ctx);
     const SpatialPads pads = resolvePads(ctx, {H, W}, k, st, dil);
     const Dims out = poolOutputSpatial(ctx, {H, W}, k, st, dil, pads);
     const int64_t OH = out[0], OW = out[1];
     Tensor y = ctx.output(0, DType::F32, {N, CB, OH, OW, B});
     float* py = y.data<float>();
-    const PoolWindows win{H, W, OW, k[0], k[1], st[0], st[1], dil[0], dil[1], pads.begin[0], pads.begin[1], max, B};
+    const PoolWindows win{H,   W, OW, k[0], k[1], st[0], st[1], dil[0], dil[1], pads.begin[0], pads.begin[1],
+                          max, B, !max && a.getInt("count_include_pad", 0) != 0, pads.end[0], pads.end[1]};
     const bool avx2 = cpuHasAvx2Fma(), avx512 = B == 16 && cpuHasAvx512();
     parallelFor(N * CB * OH, N * CB * OH * OW * B > kPoolSharedFrom, [&](int64_t r) {
         const int64_t q = r / OH, oh = r % OH;

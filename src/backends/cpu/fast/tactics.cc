@@ -23,6 +23,7 @@ const std::vector<Tactic>& fastTactics() {
         addFastOpTactics(t);
         addElementwiseTactics(t);
         addChannelBlockTactics(t);
+        addResizeTactics(t);
         return t;
     }();
     return tactics;

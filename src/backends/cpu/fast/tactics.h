@@ -46,5 +46,6 @@ void addWinogradConvTactics(std::vector<Tactic>& t);
 void addFastOpTactics(std::vector<Tactic>& t);
 void addElementwiseTactics(std::vector<Tactic>& t);
 void addChannelBlockTactics(std::vector<Tactic>& t);
+void addResizeTactics(std::vector<Tactic>& t);
 
 }  // namespace kiln
