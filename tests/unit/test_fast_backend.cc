@@ -563,6 +563,38 @@ TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
     expectTacticMatchesReference(silu, "fast");
 }
 
+// ConvTranspose on oneDNN's deconvolution: strides, asymmetric pads, output_padding,
+// output_shape, dilation, groups, with and without bias, 2-D and 3-D.
+TEST(FastBackend, DeconvTacticMatchesReference) {
+    bool dnnl = false;
+    for (const auto& t : fastTactics()) dnnl |= t.name == "dnnl" && std::find(t.ops.begin(), t.ops.end(), "ConvTranspose") != t.ops.end();
+    if (!dnnl) GTEST_SKIP() << "built without oneDNN: no dnnl ConvTranspose tactic";
+    std::mt19937 rng(42);
+    struct D {
+        Dims x, w;
+        std::vector<int64_t> strides, pads, output_padding, dilations, output_shape;
+        int64_t group;
+        bool bias;
+    };
+    const std::vector<D> cases = {
+        {{1, 8, 5, 6}, {8, 4, 2, 2}, {2, 2}, {0, 0, 0, 0}, {}, {}, {}, 1, true},  // a U-Net's 2x upsampling
+        {{2, 6, 4, 5}, {6, 3, 3, 3}, {2, 2}, {1, 0, 1, 1}, {1, 0}, {}, {}, 1, false},
+        {{1, 6, 5, 5}, {6, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, {}, {2, 2}, {}, 3, true},
+        {{1, 4, 3, 4}, {4, 5, 4, 4}, {2, 2}, {}, {}, {}, {7, 9}, 1, true},
+        {{1, 3, 3, 4, 4}, {3, 2, 2, 2, 2}, {2, 2, 2}, {0, 0, 0, 0, 0, 0}, {}, {}, {}, 1, true},
+    };
+    for (const D& d : cases) {
+        Case c{node("ConvTranspose"), {randomTensor(d.x, rng), randomTensor(d.w, rng), d.bias ? randomTensor({d.w[1] * d.group}, rng) : Tensor{}}};
+        c.node.attrs.set("strides", d.strides);
+        if (!d.pads.empty()) c.node.attrs.set("pads", d.pads);
+        if (!d.output_padding.empty()) c.node.attrs.set("output_padding", d.output_padding);
+        if (!d.dilations.empty()) c.node.attrs.set("dilations", d.dilations);
+        if (!d.output_shape.empty()) c.node.attrs.set("output_shape", d.output_shape);
+        c.node.attrs.set("group", d.group);
+        expectTacticMatchesReference(c, "dnnl");
+    }
+}
+
 // Resize over the last two axes, by scales and by sizes, in every mode and the coordinate
 // modes exporters use; a resize of an outer axis falls back to the reference.
 TEST(FastBackend, ResizeMatchesReference) {

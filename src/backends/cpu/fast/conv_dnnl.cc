@@ -20,6 +20,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "backends/cpu/fast/dnnl_util.h"
 #include "backends/cpu/reference/channel_blocks.h"
 
 namespace kiln {
@@ -121,10 +122,7 @@ BlockedConv geometry(const KernelContext& ctx) {
     return g;
 }
 
-const dnnl::engine& cpuEngine() {
-    static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-    return engine;
-}
+const dnnl::engine& cpuEngine() { return dnnlCpuEngine(); }
 
 struct CachedPrimitive {
     dnnl::convolution_forward conv;
@@ -165,17 +163,6 @@ CachedPrimitive buildPrimitive(const BlockedConv& g, const Node& node) {
     c.scratchpad = pd.scratchpad_desc();
     return c;
 }
-
-// The OpenMP thread count (what oneDNN uses) set for a scope, then restored.
-struct ScopedOmpThreads {
-    int before = omp_get_max_threads();
-    explicit ScopedOmpThreads(int threads) {
-        if (threads != before) omp_set_num_threads(threads);
-    }
-    ~ScopedOmpThreads() {
-        if (omp_get_max_threads() != before) omp_set_num_threads(before);
-    }
-};
 
 // Shared, so that a primitive outlives the cache starting over while a run or a memo holds it.
 std::shared_ptr<const CachedPrimitive> cachedPrimitive(const BlockedConv& g, const Node& node, int threads) {

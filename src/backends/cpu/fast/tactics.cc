@@ -24,6 +24,7 @@ const std::vector<Tactic>& fastTactics() {
         addElementwiseTactics(t);
         addChannelBlockTactics(t);
         addResizeTactics(t);
+        addDeconvTactics(t);
         return t;
     }();
     return tactics;

@@ -47,5 +47,6 @@ void addFastOpTactics(std::vector<Tactic>& t);
 void addElementwiseTactics(std::vector<Tactic>& t);
 void addChannelBlockTactics(std::vector<Tactic>& t);
 void addResizeTactics(std::vector<Tactic>& t);
+void addDeconvTactics(std::vector<Tactic>& t);
 
 }  // namespace kiln

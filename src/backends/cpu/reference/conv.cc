@@ -109,36 +109,58 @@ std::vector<Tensor> convKernel(const KernelContext& ctx) {
 
 namespace {
 
-std::vector<Tensor> convTranspose(const KernelContext& ctx) {
+}  // namespace
+
+DeconvGeometry deconvGeometry(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const Tensor& w = ctx.input(1);
-    const Tensor* b = ctx.optionalInput(2);
-    ConvGeometry g = convGeometry(ctx, x, w, true);
-    const size_t S = g.spatial;
-    const int64_t group = ctx.attrs().getInt("group", 1);
-    const int64_t N = x.dims()[0], C = x.dims()[1];
-    ctx.require(w.dims()[0] == C && C % group == 0, "weight " + w.summary() + " does not match input channels " + std::to_string(C));
-    const int64_t mpg = w.dims()[1], M = mpg * group, cpg = C / group;
+    const ConvGeometry cg = convGeometry(ctx, x, w, true);
+    DeconvGeometry g;
+    const size_t S = cg.spatial;
+    g.kernel = cg.kernel, g.strides = cg.strides, g.dilations = cg.dilations;
+    g.group = ctx.attrs().getInt("group", 1);
+    const int64_t C = x.dims()[1];
+    ctx.require(g.group > 0 && w.dims()[0] == C && C % g.group == 0, "weight " + w.summary() + " does not match input channels " + std::to_string(C));
+    g.M = w.dims()[1] * g.group;
     auto output_padding = ctx.attrs().getInts("output_padding", Dims(S, 0));
     auto output_shape = ctx.attrs().getInts("output_shape", {});
     std::string auto_pad = ctx.attrs().getString("auto_pad", "NOTSET");
     auto pads = ctx.attrs().getInts("pads", Dims(2 * S, 0));
-    Dims out_spatial(S);
-    std::vector<int64_t> pad_begin(S);
+    ctx.require(output_padding.size() == S && pads.size() == 2 * S, "output_padding needs one value and pads two per spatial dim");
+    g.out_spatial.resize(S);
+    g.pad_begin.resize(S);
+    g.pad_end.resize(S);
     for (size_t i = 0; i < S; ++i) {
         const int64_t in = x.dims()[2 + i];
         const int64_t full = g.strides[i] * (in - 1) + output_padding[i] + (g.kernel[i] - 1) * g.dilations[i] + 1;
         if (!output_shape.empty() || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
             int64_t target = output_shape.empty() ? in * g.strides[i] : output_shape[output_shape.size() - S + i];
             int64_t total = full - target;
-            out_spatial[i] = target;
-            pad_begin[i] = auto_pad == "SAME_LOWER" ? total - total / 2 : total / 2;
+            g.out_spatial[i] = target;
+            g.pad_begin[i] = auto_pad == "SAME_LOWER" ? total - total / 2 : total / 2;
         } else {
-            pad_begin[i] = auto_pad == "VALID" ? 0 : pads[i];
-            out_spatial[i] = full - (auto_pad == "VALID" ? 0 : pads[i] + pads[i + S]);
+            g.pad_begin[i] = auto_pad == "VALID" ? 0 : pads[i];
+            g.out_spatial[i] = full - (auto_pad == "VALID" ? 0 : pads[i] + pads[i + S]);
         }
-        ctx.require(out_spatial[i] > 0, "output spatial size must be positive");
+        g.pad_end[i] = full - output_padding[i] - g.out_spatial[i] - g.pad_begin[i];
+        ctx.require(g.out_spatial[i] > 0, "output spatial size must be positive");
     }
+    return g;
+}
+
+namespace {
+
+std::vector<Tensor> convTranspose(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Tensor& w = ctx.input(1);
+    const Tensor* b = ctx.optionalInput(2);
+    const DeconvGeometry g = deconvGeometry(ctx);
+    const size_t S = g.kernel.size();
+    const int64_t group = g.group, M = g.M;
+    const int64_t N = x.dims()[0], C = x.dims()[1];
+    const int64_t mpg = w.dims()[1], cpg = C / group;
+    const Dims& out_spatial = g.out_spatial;
+    const std::vector<int64_t>& pad_begin = g.pad_begin;
     Dims out_dims = {N, M};
     out_dims.insert(out_dims.end(), out_spatial.begin(), out_spatial.end());
     const Dims in_spatial(x.dims().begin() + 2, x.dims().end());

@@ -110,6 +110,15 @@ struct SpatialPads {
 };
 SpatialPads resolvePads(const KernelContext& ctx, const Dims& in_spatial, const std::vector<int64_t>& kernel,
                         const std::vector<int64_t>& strides, const std::vector<int64_t>& dilations);
+// A ConvTranspose's geometry (output_padding, output_shape and auto_pad resolved): the
+// output is the full transposed convolution cropped by pad_begin at the start and pad_end
+// at the end (pad_end < 0 where output_padding extends it).
+struct DeconvGeometry {
+    std::vector<int64_t> kernel, strides, dilations, pad_begin, pad_end;
+    Dims out_spatial;
+    int64_t group = 1, M = 0;  // M: output channels
+};
+DeconvGeometry deconvGeometry(const KernelContext& ctx);
 // Output spatial size of a pooling window (auto_pad, pads, ceil_mode as ONNX defines them).
 Dims poolOutputSpatial(const KernelContext& ctx, const Dims& in_spatial, const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
                        const std::vector<int64_t>& dilations, const SpatialPads& pads);
