@@ -253,6 +253,53 @@ TEST(CudaBackend, ReduceBatchNormAndResizeMatchTheReference) {
     }
 }
 
+// ConvTranspose (symmetric and asymmetric crops, output_padding, output_shape, groups), a conv
+// with SiLU written out, and a 1-D conv chain all run on the GPU and match the CPU reference.
+TEST(CudaBackend, ConvTransposeSiluAndConv1dMatchTheReference) {
+    REQUIRE_GPU();
+    std::mt19937 rng(23);
+    struct D {
+        Dims x, w;
+        std::vector<int64_t> strides, pads, output_padding, output_shape;
+        int64_t group;
+    };
+    const std::vector<D> deconvs = {
+        {{1, 8, 5, 6}, {8, 4, 2, 2}, {2, 2}, {0, 0, 0, 0}, {}, {}, 1},
+        {{2, 6, 4, 5}, {6, 3, 3, 3}, {2, 2}, {1, 0, 1, 1}, {1, 0}, {}, 1},
+        {{1, 6, 5, 5}, {6, 2, 3, 3}, {1, 1}, {1, 1, 1, 1}, {}, {}, 3},
+        {{1, 4, 3, 4}, {4, 5, 4, 4}, {2, 2}, {}, {}, {7, 9}, 1},
+    };
+    for (const D& d : deconvs) {
+        Graph g;
+        g.opset = 17;
+        g.inputs.push_back({"x", DType::F32, Shape::fromDims(d.x)});
+        g.initializers["w"] = randomTensor(d.w, rng);
+        g.initializers["b"] = randomTensor({d.w[1] * d.group}, rng);
+        Node n{"up", "ConvTranspose", "", {"x", "w", "b"}, {"y"}, {}};
+        n.attrs.set("strides", d.strides);
+        if (!d.pads.empty()) n.attrs.set("pads", d.pads);
+        if (!d.output_padding.empty()) n.attrs.set("output_padding", d.output_padding);
+        if (!d.output_shape.empty()) n.attrs.set("output_shape", d.output_shape);
+        n.attrs.set("group", d.group);
+        g.nodes = {n};
+        g.outputs.push_back({"y", DType::F32, {}});
+        const TensorMap in = {{"x", randomTensor(d.x, rng, -2, 2)}};
+        expectMatches(buildCuda(g, "precision.activations=f32", &in), in, GraphExecutor(g).run(in), 1e-5, "conv transpose " + dimsToString(d.w));
+    }
+    Graph g;
+    g.opset = 17;
+    g.inputs.push_back({"x", DType::F32, Shape::fromDims({2, 4, 30})});
+    g.initializers["w1"] = randomTensor({8, 4, 5}, rng);
+    g.initializers["w2"] = randomTensor({6, 8, 3}, rng);
+    Attributes a;
+    a.set("strides", std::vector<int64_t>{2});
+    g.nodes = {Node{"c1", "Conv", "", {"x", "w1"}, {"c1"}, a}, Node{"s", "Sigmoid", "", {"c1"}, {"s1"}, {}}, Node{"m", "Mul", "", {"c1", "s1"}, {"h"}, {}},
+               Node{"c2", "Conv", "", {"h", "w2"}, {"y"}, {}}};
+    g.outputs.push_back({"y", DType::F32, {}});
+    const TensorMap in = {{"x", randomTensor({2, 4, 30}, rng, -2, 2)}};
+    expectMatches(buildCuda(g, "precision.activations=f32", &in), in, GraphExecutor(g).run(in), 1e-5, "conv1d with silu");
+}
+
 TEST(CudaBackend, WithoutGpuTheTargetFailsWithAClearError) {
     std::string why;
     if (cuda::deviceAvailable(&why)) GTEST_SKIP() << "a GPU is present";

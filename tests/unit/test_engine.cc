@@ -166,7 +166,9 @@ TEST(ExecutionContext, ViewsKeepTheirInputBufferAlive) {
     ExecutionContext ctx(e);
     for (int run = 0; run < 3; ++run) {
         const auto got = ctx.run(in);
-        for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(compareOutputs(got[i], want[i], "y").max_abs, 0.0) << "run " << run << " output " << i;
+        // A buffer reused too early would garble whole rows; the fast exp differs from the
+        // reference's in the last bits only.
+        for (size_t i = 0; i < want.size(); ++i) EXPECT_LT(compareOutputs(got[i], want[i], "y").max_abs, 1e-6) << "run " << run << " output " << i;
     }
 }
 

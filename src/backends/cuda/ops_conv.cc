@@ -192,11 +192,107 @@ std::vector<DeviceTensor> conv(OpContext& ctx) {
     return {y};
 }
 
+// ConvTranspose as cuDNN's backward-data convolution: the ONNX weights [C_in, C_out / group,
+// kh, kw] are the filter of the forward conv from C_out to C_in as they are. cuDNN pads both
+// sides alike, so an asymmetric crop (pads, output_padding, output_shape, SAME_*) computes
+// with the smaller pad and copies the window out; the bias goes through the epilogue.
+struct DeconvPlan : NodeState {
+    cudnnTensorDescriptor_t dy = nullptr, dx = nullptr;
+    cudnnFilterDescriptor_t w = nullptr;
+    cudnnConvolutionDescriptor_t conv = nullptr;
+    cudnnConvolutionBwdDataAlgo_t algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    size_t workspace = 0;
+    Dims x_dims, full_dims, out_dims;  // full: what cuDNN writes, before the crop
+    int64_t crop[2] = {0, 0};
+    ~DeconvPlan() override {
+        if (dy) cudnnDestroyTensorDescriptor(dy);
+        if (dx) cudnnDestroyTensorDescriptor(dx);
+        if (w) cudnnDestroyFilterDescriptor(w);
+        if (conv) cudnnDestroyConvolutionDescriptor(conv);
+    }
+};
+
+void makeDeconvPlan(OpContext& ctx, DeconvPlan& p, DType t, const DeviceTensor& x, const DeviceTensor& w) {
+    KernelContext attrs{ctx.node, {}, ctx.opset, nullptr};
+    const DeconvGeometry g = deconvGeometry(attrs, x.dims, w.dims);
+    int pads[2], strides[2], dilations[2];
+    p.x_dims = x.dims;
+    p.out_dims = {x.dims[0], g.M, g.out_spatial[0], g.out_spatial[1]};
+    p.full_dims = p.out_dims;
+    for (int i = 0; i < 2; ++i) {
+        const int64_t pad = std::min(g.pad_begin[i], g.pad_end[i]);
+        if (pad < 0) ctx.unsupported("an output larger than the full transposed convolution");
+        pads[i] = static_cast<int>(pad), strides[i] = static_cast<int>(g.strides[i]), dilations[i] = static_cast<int>(g.dilations[i]);
+        p.full_dims[2 + i] = g.out_spatial[i] + (g.pad_begin[i] - pad) + (g.pad_end[i] - pad);
+        p.crop[i] = g.pad_begin[i] - pad;
+    }
+    const cudnnDataType_t dt = dnnTypeOf(t);
+    KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&p.dy), ctx);
+    KILN_DNN_CHECK(cudnnCreateTensorDescriptor(&p.dx), ctx);
+    KILN_DNN_CHECK(cudnnCreateFilterDescriptor(&p.w), ctx);
+    KILN_DNN_CHECK(cudnnCreateConvolutionDescriptor(&p.conv), ctx);
+    const Dims& f = p.full_dims;
+    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(p.dy, CUDNN_TENSOR_NCHW, dt, x.dims[0], x.dims[1], x.dims[2], x.dims[3]), ctx);
+    KILN_DNN_CHECK(cudnnSetTensor4dDescriptor(p.dx, CUDNN_TENSOR_NCHW, dt, f[0], f[1], f[2], f[3]), ctx);
+    KILN_DNN_CHECK(cudnnSetFilter4dDescriptor(p.w, dt, CUDNN_TENSOR_NCHW, w.dims[0], w.dims[1], w.dims[2], w.dims[3]), ctx);
+    KILN_DNN_CHECK(cudnnSetConvolution2dDescriptor(p.conv, pads[0], pads[1], strides[0], strides[1], dilations[0], dilations[1], CUDNN_CROSS_CORRELATION,
+                                                   CUDNN_DATA_FLOAT),
+                   ctx);
+    KILN_DNN_CHECK(cudnnSetConvolutionGroupCount(p.conv, static_cast<int>(g.group)), ctx);
+    const cudnnMathType_t math = t != DType::F32 ? CUDNN_TENSOR_OP_MATH : (ctx.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+    KILN_DNN_CHECK(cudnnSetConvolutionMathType(p.conv, math), ctx);
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int found = 0;
+    KILN_DNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(ctx.res.dnn(), p.w, p.dy, p.conv, p.dx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf), ctx);
+    bool chosen = false;
+    for (int i = 0; i < found && !chosen; ++i)
+        if (perf[i].status == CUDNN_STATUS_SUCCESS) p.algo = perf[i].algo, chosen = true;
+    if (!chosen) ctx.unsupported("no cuDNN algorithm");
+    KILN_DNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(ctx.res.dnn(), p.w, p.dy, p.conv, p.dx, p.algo, &p.workspace), ctx);
+}
+
+std::vector<DeviceTensor> convTranspose(OpContext& ctx) {
+    const DeviceTensor& x = ctx.input(0);
+    const DeviceTensor& w = ctx.input(1);
+    const DType t = ctx.floatType(0);
+    if (w.dtype != t) ctx.unsupported("mixed element types");
+    if (x.dims.size() != 4 || w.dims.size() != 4) ctx.unsupported("transposed convolution of rank " + std::to_string(x.dims.size()));
+    const DeviceTensor* bias = ctx.has(2) ? &ctx.input(2) : nullptr;
+    auto& slot = *ctx.state;
+    if (!slot || static_cast<DeconvPlan&>(*slot).x_dims != x.dims) {
+        auto plan = std::make_unique<DeconvPlan>();
+        makeDeconvPlan(ctx, *plan, t, x, w);
+        slot = std::move(plan);
+    }
+    auto& p = static_cast<DeconvPlan&>(*slot);
+    if (bias && (bias->dtype != t || bias->numel() != p.out_dims[1])) ctx.unsupported("bias");
+    ctx.chosen_tactic = "cudnn_bwd_data:" + std::to_string(static_cast<int>(p.algo));
+    const bool cropped = p.full_dims != p.out_dims;
+    DeviceTensor y = ctx.output(0, x.logical, p.out_dims);
+    void* full = cropped ? ctx.res.scratch(1, static_cast<size_t>(numElements(p.full_dims)) * dtypeSize(t)) : y.data;
+    void* ws = ctx.res.scratch(0, p.workspace);
+    const float one = 1.f, zero = 0.f;
+    KILN_DNN_CHECK(cudnnConvolutionBackwardData(ctx.res.dnn(), &one, p.w, w.data, p.dy, x.data, p.conv, p.algo, ws, p.workspace, &zero, p.dx, full), ctx);
+    if (cropped) {
+        View6 src = denseView(p.full_dims);  // the full output's strides over the cropped window
+        src.dense = false;
+        src.offset = p.crop[0] * p.full_dims[3] + p.crop[1];
+        launchStridedCopy(dtypeSize(t), full, src, y.data, denseView(p.out_dims), toShape6(p.out_dims, ctx), ctx.stream());
+    }
+    if (bias) {
+        View6 vb;
+        vb.strides[1] = 1;
+        launchEpilogue(t, y.data, toShape6(p.out_dims, ctx), bias->data, vb, UnaryFn{}, ctx.stream(), nullptr, View6{});
+    }
+    return {y};
+}
+
 }  // namespace
 
 void addConvOps(std::map<std::string, OpFn>& ops) {
     ops["Conv"] = conv;
     ops["FusedConv"] = conv;
+    ops["ConvTranspose"] = convTranspose;
 }
 
 }  // namespace kiln::cuda

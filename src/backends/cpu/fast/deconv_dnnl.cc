@@ -35,7 +35,7 @@ std::shared_ptr<const PreparedDeconv> prepareDeconv(const KernelContext& ctx) {
         if (auto p = ctx.memo->get<PreparedDeconv>();
             p && p->x_dims == x.dims() && p->w_dims == w.dims() && p->weights == w.raw() && p->threads == cpuThreads())
             return p;
-    const DeconvGeometry g = deconvGeometry(ctx);
+    const DeconvGeometry g = deconvGeometry(ctx, x.dims(), w.dims());
     const size_t S = g.kernel.size();
     auto p = std::make_shared<PreparedDeconv>();
     p->x_dims = x.dims(), p->w_dims = w.dims(), p->weights = w.raw(), p->threads = cpuThreads();

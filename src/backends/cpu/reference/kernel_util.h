@@ -118,7 +118,7 @@ struct DeconvGeometry {
     Dims out_spatial;
     int64_t group = 1, M = 0;  // M: output channels
 };
-DeconvGeometry deconvGeometry(const KernelContext& ctx);
+DeconvGeometry deconvGeometry(const KernelContext& ctx, const Dims& x, const Dims& w);  // ctx: attributes and errors
 // Output spatial size of a pooling window (auto_pad, pads, ceil_mode as ONNX defines them).
 Dims poolOutputSpatial(const KernelContext& ctx, const Dims& in_spatial, const std::vector<int64_t>& kernel, const std::vector<int64_t>& strides,
                        const std::vector<int64_t>& dilations, const SpatialPads& pads);
