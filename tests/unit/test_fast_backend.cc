@@ -450,6 +450,14 @@ TEST(FastBackend, ChainBroadcastOperandsMatchReference) {
         c.node.attrs.set("params", std::vector<float>(14, 0.0f));
         expectTacticMatchesReference(c, "fast");
     }
+    // The flowing input broadcast too: ConvNeXt's layer scale [C, 1, 1] times the block's
+    // output, plus the residual.
+    Case scale{node("ElementwiseChain", "kiln"), {randomTensor({8, 1, 1}, rng), randomTensor({2, 8, 5, 6}, rng), randomTensor({2, 8, 5, 6}, rng)}};
+    scale.node.attrs.set("ops", std::vector<std::string>{"Mul", "Add"});
+    scale.node.attrs.set("operand", std::vector<int64_t>{1, 2});
+    scale.node.attrs.set("swapped", std::vector<int64_t>{0, 0});
+    scale.node.attrs.set("params", std::vector<float>(4, 0.0f));
+    expectTacticMatchesReference(scale, "fast");
 }
 
 // The vectorized softmax row against softmax computed in double: lengths around the
@@ -521,6 +529,12 @@ TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
     expectTacticMatchesReference(gap, "fast");
     for (const auto& perm : std::vector<std::vector<int64_t>>{{0, 2, 1, 3}, {0, 2, 3, 1}, {3, 2, 1, 0}, {1, 0}}) {
         Case c{node("Transpose"), {randomTensor(perm.size() == 2 ? Dims{5, 7} : Dims{2, 3, 4, 5}, rng)}};
+        c.node.attrs.set("perm", perm);
+        expectTacticMatchesReference(c, "fast");
+    }
+    for (const auto& [dims, perm] : std::vector<std::pair<Dims, std::vector<int64_t>>>{
+             {{1, 5, 1, 7}, {3, 1, 0, 2}}, {{2, 1, 6}, {1, 0, 2}}, {{3, 4, 5, 6}, {0, 3, 1, 2}}}) {  // unit axes, merged runs
+        Case c{node("Transpose"), {randomTensor(dims, rng)}};
         c.node.attrs.set("perm", perm);
         expectTacticMatchesReference(c, "fast");
     }

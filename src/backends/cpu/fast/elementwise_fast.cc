@@ -70,13 +70,6 @@ void forEachPiece(const BroadcastRuns& p, Body&& body) {
     });
 }
 
-bool broadcastsTo(const Dims& in, const Dims& out) {
-    if (in.size() > out.size()) return false;
-    for (size_t i = 0; i < in.size(); ++i)
-        if (in[i] != 1 && in[i] != out[out.size() - in.size() + i]) return false;
-    return true;
-}
-
 std::vector<Tensor> fastBinary(const KernelContext& ctx) {
     BinOp op;
     if (ctx.numInputs() != 2 || ctx.numOutputs() != 1 || !binOpNamed(ctx.node.op_type, &op)) return referenceFallback(ctx);
@@ -111,12 +104,13 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
     const auto& names = std::get<std::vector<std::string>>(ctx.attrs().all().at("ops"));
     if (x.dtype() != DType::F32) return referenceFallback(ctx);
     std::vector<Dims> dims{x.dims()};
+    Dims out = x.dims();  // every input broadcasts to it (the flowing one too: a per-channel scale times a map)
     for (size_t i = 1; i < ctx.numInputs(); ++i) {
-        // The chain keeps its first input's shape: operands broadcast into it.
-        if (ctx.input(i).dtype() != DType::F32 || !broadcastsTo(ctx.input(i).dims(), x.dims())) return referenceFallback(ctx);
+        if (ctx.input(i).dtype() != DType::F32) return referenceFallback(ctx);
         dims.push_back(ctx.input(i).dims());
+        out = broadcastDims(out, ctx.input(i).dims(), ctx.node.describe());
     }
-    const BroadcastRuns runs(x.dims(), dims);
+    const BroadcastRuns runs(out, dims);
     struct Step {
         bool unary;
         Activation act;
@@ -142,15 +136,19 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
         }
         steps.push_back(st);
     }
-    Tensor y = ctx.output(0, DType::F32, x.dims());
+    Tensor y = ctx.output(0, DType::F32, out);
     const float* px = x.data<float>();
     float* py = y.data<float>();
+    const int64_t sx = runs.step(0);
     // Step by step over pieces that stay in L1, each step one vectorizable loop (an
     // interpreter per element ran BERT's 32K-element embedding sum at 10 ns an element).
     forEachPiece(runs, [&](int64_t run, int64_t begin, int64_t len) {
-        const int64_t at = run * runs.length() + begin;
-        float* v = py + at;
-        std::memcpy(v, px + at, static_cast<size_t>(len) * sizeof(float));
+        float* v = py + run * runs.length() + begin;
+        const float* rx = px + runs.offset(0, run) + begin * sx;
+        if (sx)
+            std::memcpy(v, rx, static_cast<size_t>(len) * sizeof(float));
+        else
+            std::fill(v, v + len, rx[0]);
         for (const Step& st : steps) {
             if (st.unary) {
                 applyEpilogueSerial(v, 1, len, nullptr, false, nullptr, st.act);

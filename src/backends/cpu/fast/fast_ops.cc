@@ -305,25 +305,64 @@ std::vector<Tensor> fastGlobalAveragePool(const KernelContext& ctx) {
 
 // Transpose of 4-byte elements: typed copies with incremental source offsets, and whole
 // rows at a time when the last axis stays last.
+// A transpose restated on the fewest axes: unit axes dropped, and input axes that stay
+// neighbours in the output merged (NCHW -> NHWC is a batch of [C, HW] -> [HW, C]).
+void coalescePermutation(const Dims& dims, const std::vector<int64_t>& perm, Dims* out_dims, std::vector<int64_t>* out_perm) {
+    std::vector<int64_t> renamed(dims.size(), -1);
+    int64_t kept = 0;
+    for (size_t a = 0; a < dims.size(); ++a)
+        if (dims[a] != 1) renamed[a] = kept++;
+    std::vector<std::vector<int64_t>> groups;  // in output order, each a run of input axes
+    for (int64_t p : perm) {
+        if (renamed[p] < 0) continue;
+        if (!groups.empty() && renamed[p] == groups.back().back() + 1) groups.back().push_back(renamed[p]);
+        else groups.push_back({renamed[p]});
+    }
+    std::vector<size_t> by_input(groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) by_input[g] = g;
+    std::sort(by_input.begin(), by_input.end(), [&](size_t l, size_t r) { return groups[l].front() < groups[r].front(); });
+    std::vector<int64_t> kept_dims;
+    for (size_t a = 0; a < dims.size(); ++a)
+        if (dims[a] != 1) kept_dims.push_back(dims[a]);
+    out_dims->assign(groups.size(), 1);
+    out_perm->assign(groups.size(), 0);
+    for (size_t pos = 0; pos < by_input.size(); ++pos) {
+        for (int64_t a : groups[by_input[pos]]) (*out_dims)[pos] *= kept_dims[a];
+        (*out_perm)[by_input[pos]] = static_cast<int64_t>(pos);
+    }
+}
+
+// Transpose of 4-byte elements: a batch of 32 x 32 tiles where the last two (coalesced)
+// axes swap, row copies where the last axis stays, element gathers otherwise.
 std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    const size_t rank = x.rank();
-    auto perm = ctx.attrs().getInts("perm");
-    if (perm.empty())
-        for (int64_t i = static_cast<int64_t>(rank) - 1; i >= 0; --i) perm.push_back(i);
-    if (dtypeSize(x.dtype()) != 4 || perm.size() != rank || rank < 2) return referenceFallback(ctx);
-    for (auto& p : perm) p = normalizeAxis(p, static_cast<int64_t>(rank), ctx);
-    Dims out_dims(rank);
-    for (size_t i = 0; i < rank; ++i) out_dims[i] = x.dims()[perm[i]];
-    Tensor y = ctx.output(0, x.dtype(), out_dims);
-    const Dims in_strides = stridesOf(x.dims());
+    const size_t full_rank = x.rank();
+    auto full_perm = ctx.attrs().getInts("perm");
+    if (full_perm.empty())
+        for (int64_t i = static_cast<int64_t>(full_rank) - 1; i >= 0; --i) full_perm.push_back(i);
+    if (dtypeSize(x.dtype()) != 4 || full_perm.size() != full_rank || full_rank < 2) return referenceFallback(ctx);
+    for (auto& p : full_perm) p = normalizeAxis(p, static_cast<int64_t>(full_rank), ctx);
+    Dims y_dims(full_rank);
+    for (size_t i = 0; i < full_rank; ++i) y_dims[i] = x.dims()[full_perm[i]];
+    Tensor y = ctx.output(0, x.dtype(), y_dims);
     const uint32_t* px = reinterpret_cast<const uint32_t*>(x.raw());
     uint32_t* py = reinterpret_cast<uint32_t*>(y.raw());
+    Dims dims;
+    std::vector<int64_t> perm;
+    coalescePermutation(x.dims(), full_perm, &dims, &perm);
+    const size_t rank = dims.size();
+    if (rank <= 1 || y.numel() == 0) {  // the same order: a copy
+        std::memcpy(py, px, x.byteSize());
+        return {y};
+    }
+    Dims out_dims(rank);
+    for (size_t i = 0; i < rank; ++i) out_dims[i] = dims[perm[i]];
+    const Dims in_strides = stridesOf(dims);
     bool swap_last_two = perm[rank - 1] == static_cast<int64_t>(rank - 2) && perm[rank - 2] == static_cast<int64_t>(rank - 1);
     for (size_t d = 0; d + 2 < rank; ++d) swap_last_two = swap_last_two && perm[d] == static_cast<int64_t>(d);
     if (swap_last_two) {  // a batch of R x C matrices: 32 x 32 tiles, each read and written through the cache
         constexpr int64_t kTile = 32;
-        const int64_t R = x.dims()[rank - 2], C = x.dims()[rank - 1], batch = R * C > 0 ? x.numel() / (R * C) : 0;
+        const int64_t R = dims[rank - 2], C = dims[rank - 1], batch = x.numel() / (R * C);
         const int64_t tiles_r = (R + kTile - 1) / kTile, tiles_c = (C + kTile - 1) / kTile;
         parallelFor(batch * tiles_r * tiles_c, y.numel() > 65536, [&](int64_t t) {
             const int64_t b = t / (tiles_r * tiles_c), r0 = t / tiles_c % tiles_r * kTile, c0 = t % tiles_c * kTile;
