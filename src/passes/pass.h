@@ -51,6 +51,7 @@ Pass layoutAssignmentPass();
 Pass padIntoConvPass();
 Pass spatialMeanPoolPass();
 Pass conv1dAsConv2dPass();
+Pass einsumToMatMulPass();
 Pass softmaxFusionPass();
 Pass matmulWeightLayoutPass();
 

@@ -13,6 +13,7 @@ const std::vector<Pass>& passPipeline() {
         reshapeChainPass(),
         transposeCancelPass(),
         padIntoConvPass(),
+        einsumToMatMulPass(),
         conv1dAsConv2dPass(),
         spatialMeanPoolPass(),
         batchNormFoldingPass(),

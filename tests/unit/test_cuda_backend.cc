@@ -300,6 +300,52 @@ TEST(CudaBackend, ConvTransposeSiluAndConv1dMatchTheReference) {
     expectMatches(buildCuda(g, "precision.activations=f32", &in), in, GraphExecutor(g).run(in), 1e-5, "conv1d with silu");
 }
 
+// Pad in every mode (negative pads crop), Tile, CumSum (exclusive, reverse) and GatherND
+// (with batch dims) run on the GPU and match the CPU reference.
+TEST(CudaBackend, PadTileCumSumAndGatherNdMatchTheReference) {
+    REQUIRE_GPU();
+    std::mt19937 rng(24);
+    const Dims dims{2, 3, 5, 4};
+    struct Case {
+        std::string what, op;
+        Attributes attrs;
+        std::vector<std::pair<std::string, Tensor>> constants;
+    };
+    auto ints = [](std::vector<int64_t> v) { return Tensor::fromVector<int64_t>({static_cast<int64_t>(v.size())}, v); };
+    std::vector<Case> cases;
+    for (const char* mode : {"constant", "reflect", "edge", "wrap"}) {
+        Attributes a;
+        a.set("mode", std::string(mode));
+        cases.push_back({std::string("pad ") + mode, "Pad", a, {{"pads", ints({0, 1, 2, -1, 0, 0, 3, 2})}, {"value", Tensor::scalar<float>(1.5f)}}});
+    }
+    cases.push_back({"tile", "Tile", {}, {{"repeats", ints({1, 2, 1, 3})}}});
+    for (int64_t flags = 0; flags < 4; ++flags) {
+        Attributes a;
+        a.set("exclusive", flags & 1);
+        a.set("reverse", flags >> 1);
+        cases.push_back({"cumsum " + std::to_string(flags), "CumSum", a, {{"axis", ints({2})}}});
+    }
+    Tensor idx(DType::I64, {2, 6, 2});  // per image, six (row, column) pairs, negatives among them
+    for (int64_t i = 0; i < idx.numel(); ++i) idx.data<int64_t>()[i] = static_cast<int64_t>(rng() % 5) - (i % 2 ? 1 : 2);
+    Attributes batch;
+    batch.set("batch_dims", int64_t{1});
+    cases.push_back({"gather_nd batch 1", "GatherND", batch, {{"idx", idx}}});
+    for (const Case& c : cases) {
+        Graph g;
+        g.opset = 19;
+        g.inputs.push_back({"x", DType::F32, Shape::fromDims(dims)});
+        Node n{"n", c.op, "", {"x"}, {"y"}, c.attrs};
+        for (const auto& [name, t] : c.constants) {
+            n.inputs.push_back(name);
+            g.initializers[name] = t;
+        }
+        g.nodes = {n};
+        g.outputs.push_back({"y", DType::F32, {}});
+        const TensorMap in = {{"x", randomTensor(dims, rng, -2, 2)}};
+        expectMatches(buildCuda(g, "precision.activations=f32", &in), in, GraphExecutor(g).run(in), 1e-6, c.what);
+    }
+}
+
 TEST(CudaBackend, WithoutGpuTheTargetFailsWithAClearError) {
     std::string why;
     if (cuda::deviceAvailable(&why)) GTEST_SKIP() << "a GPU is present";

@@ -261,6 +261,42 @@ TEST(Passes, PadFoldsIntoAveragePool) {
     }
 }
 
+// Einsums that are batched matrix products become MatMul with the transposes they need;
+// others (a label summed over one operand, two contracted labels, ellipses) stay.
+TEST(Passes, EinsumBecomesMatMul) {
+    struct E {
+        const char* equation;
+        Dims a, b;
+        std::vector<std::string> ops;
+    };
+    const std::vector<E> cases = {
+        {"bhid,bhjd->bhij", {2, 3, 4, 5}, {2, 3, 6, 5}, {"Transpose", "MatMul"}},
+        {"bhij,bhjd->bhid", {2, 3, 4, 6}, {2, 3, 6, 5}, {"MatMul"}},
+        {"ij,jk->ki", {4, 5}, {5, 6}, {"MatMul", "Transpose"}},
+        {"b i d, b j d -> b i j", {2, 4, 5}, {2, 6, 5}, {"Transpose", "MatMul"}},
+        {"hbi,bhj->bij", {3, 2, 4}, {2, 3, 6}, {"Transpose", "MatMul"}},  // h contracted, b a batch label
+        {"ij,jk->i", {4, 5}, {5, 6}, {"Einsum"}},
+        {"ijk,jkl->il", {3, 4, 5}, {4, 5, 6}, {"Einsum"}},
+    };
+    for (const E& c : cases) {
+        std::mt19937 rng(15);
+        Graph g;
+        g.opset = 17;
+        g.inputs = {{"x", DType::F32, Shape::fromDims(c.a)}};
+        g.initializers["w"] = randomTensor(c.b, rng);
+        Attributes a;
+        a.set("equation", std::string(c.equation));
+        g.nodes = {Node{"e", "Einsum", "", {"x", "w"}, {"y"}, a}};
+        g.outputs = {{"y", DType::F32, {}}};
+        Graph after = g;
+        einsumToMatMulPass().run(after, defaults());
+        topologicalSort(after);
+        verifyGraph(after);
+        EXPECT_EQ(opTypes(after), c.ops) << c.equation;
+        expectSameOutputs(g, after, c.a);
+    }
+}
+
 // SiLU written out (Sigmoid and Mul of the same value) becomes the conv's and the GEMM's
 // fused activation; a Sigmoid with another reader stays.
 TEST(Passes, SiluFusesIntoConvAndGemm) {

@@ -184,6 +184,7 @@ const std::map<std::string, OpFn>& cudaOps() {
         addGemmOps(m);
         addConvOps(m);
         addReduceResizeOps(m);
+        addIndexOps(m);
         return m;
     }();
     return ops;

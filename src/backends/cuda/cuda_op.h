@@ -104,6 +104,7 @@ void addNnOps(std::map<std::string, OpFn>& ops);
 void addGemmOps(std::map<std::string, OpFn>& ops);
 void addConvOps(std::map<std::string, OpFn>& ops);
 void addReduceResizeOps(std::map<std::string, OpFn>& ops);
+void addIndexOps(std::map<std::string, OpFn>& ops);
 
 // Helpers shared by the op files.
 Shape6 toShape6(const Dims& dims, const OpContext& ctx);

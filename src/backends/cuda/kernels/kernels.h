@@ -80,6 +80,29 @@ void launchStridedCopy(size_t elem, const void* src, const View6& sv, void* dst,
 void launchGather(size_t elem, const void* data, DType index_type, const void* indices, void* out, int64_t outer, int64_t axis_len,
                   int64_t n_indices, int64_t inner, cudaStream_t s);
 
+// Pad: output coordinate c reads input coordinate c - begin, per mode outside the input
+// (the constant value, the edge, a reflection without repeating the edge, or a wrap). Tile
+// is not this: it is a strided copy.
+enum class PadMode : int32_t { Constant, Reflect, Edge, Wrap };
+struct PadSpec {
+    PadMode mode = PadMode::Constant;
+    int64_t begin[kMaxRank] = {};
+};
+// `value` points at one element of `elem` bytes (Constant mode).
+void launchPad(size_t elem, const void* src, const Shape6& in, void* dst, const Shape6& out, const PadSpec& spec, const void* value, cudaStream_t s);
+// Inclusive (or exclusive) running sums along the middle axis of [outer, len, inner], from
+// the end when `reverse`; F32/F16/BF16 (summed in f32), I32/I64.
+void launchCumSum(DType t, const void* x, void* y, int64_t outer, int64_t len, int64_t inner, bool exclusive, bool reverse, cudaStream_t s);
+// GatherND: output element i is element i % slice of the slice that index tuple i / slice
+// (k values, negatives wrapped, out-of-range clamped) picks inside its batch.
+constexpr int kMaxGatherNdIndex = kMaxRank;
+struct GatherNdSpec {
+    int k = 0;
+    int64_t slice = 1, tuples_per_batch = 1, batch_stride = 0;
+    int64_t dims[kMaxGatherNdIndex] = {}, strides[kMaxGatherNdIndex] = {};  // of the indexed data axes
+};
+void launchGatherNd(size_t elem, const void* data, const GatherNdSpec& g, DType index_type, const void* indices, void* out, int64_t n, cudaStream_t s);
+
 // A fused elementwise chain (kiln ElementwiseChain): value = input 0, then each step
 // applies a unary function or a binary op with another input; rounded to T between steps.
 constexpr int kMaxChainSteps = 16;
