@@ -7,7 +7,9 @@
 //   convolutions read directly. A
 //   BlockChannels node enters a chain and an UnblockChannels node leaves it only where a
 //   value meets a node outside it, so a CNN's conv stack stays blocked end to end; pooling
-//   on a chain's output joins it (BlockedPool).
+//   on a chain's output joins it (BlockedPool), and so do elementwise ops (per-channel
+//   constants packed into blocks: squeeze-excitation gates, unfolded BatchNorms) and channel
+//   Concats whose parts fill whole blocks (DenseNet, Inception, SqueezeNet).
 // - auto: on the CPU when Kiln has oneDNN (the only kernels that run it fast), nchw16c where
 //   the building machine has AVX-512 (oneDNN runs 8-channel blocks with its AVX2 kernels:
 //   half the vector width) and nchw8c elsewhere; else NCHW.
@@ -86,16 +88,74 @@ bool blockablePool(const Node& n) {
     return n.op_type.rfind("Global", 0) == 0 || n.attrs.getInts("kernel_shape").size() == 2;
 }
 
+// The channel count of a plain 4-D f32 value, from its inferred shape; -1 when unknown.
+int64_t plainChannels(const Graph& g, const std::string& v) {
+    const ValueInfo* vi = g.findValueInfo(v);
+    if (!vi || vi->dtype != DType::F32 || !vi->shape.rank_known || vi->shape.dims.size() != 4 || !vi->shape.dims[1].known()) return -1;
+    return vi->shape.dims[1].size;
+}
+
+// A constant that broadcasts over an NCHW map per channel ([C, 1, 1] or [1, C, 1, 1], f32).
+bool perChannelConstant(const Graph& g, const std::string& v, int64_t channels) {
+    const Tensor* t = constantOf(g, v);
+    if (!t || t->dtype() != DType::F32 || t->numel() != channels || (t->rank() != 3 && t->rank() != 4)) return false;
+    const Dims& d = t->dims();
+    const size_t c = d.size() - 3;
+    for (size_t k = 0; k < d.size(); ++k)
+        if (k != c && d[k] != 1) return false;
+    return true;
+}
+
+// Elementwise ops a blocked chain keeps: they map the zero lanes past the last channel to
+// finite values, which the packed weights after them multiply by zero (Div, Log, Sqrt and
+// Reciprocal could make them inf or NaN, and stay out).
+bool blockableUnary(const Node& n) {
+    static const std::set<std::string> ops = {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Gelu", "Erf", "Neg", "Abs", "Softplus", "Elu", "Clip"};
+    return n.domain.empty() && ops.count(n.op_type) && n.outputs.size() == 1;
+}
+bool blockableBinary(const Node& n) {
+    static const std::set<std::string> ops = {"Add", "Sub", "Mul", "Max", "Min"};
+    return n.domain.empty() && ops.count(n.op_type) && n.inputs.size() == 2 && n.outputs.size() == 1;
+}
+
 void assignBlockedLayout(Graph& g, int64_t block) {
-    // In graph (topological) order: convs by their weights, pools when their input comes
-    // blocked from a node converted before them.
-    std::map<size_t, std::string> converted;  // node index -> packed weight layout, or "pool"
+    // In graph (topological) order: convs by their weights; pools, elementwise ops and
+    // channel Concats when a data input comes blocked from a node converted before them.
+    std::map<size_t, std::string> converted;  // node index -> packed weight layout, or "pool", "eltwise", "concat"
     std::map<std::string, int64_t> channels;  // output of a converted node -> its channel count
     for (size_t i = 0; i < g.nodes.size(); ++i) {
         const Node& n = g.nodes[i];
         std::string kind = blockedWeightLayout(g, n, block);
-        if (!kind.empty()) channels[n.outputs[0]] = constantOf(g, n.inputs[1])->dims()[0];
-        else if (blockablePool(n) && channels.count(n.inputs[0])) kind = "pool", channels[n.outputs[0]] = channels[n.inputs[0]];
+        if (!kind.empty()) {
+            channels[n.outputs[0]] = constantOf(g, n.inputs[1])->dims()[0];
+        } else if (blockablePool(n) && channels.count(n.inputs[0])) {
+            kind = "pool", channels[n.outputs[0]] = channels[n.inputs[0]];
+        } else if (blockableUnary(n) && channels.count(n.inputs[0])) {
+            double v;
+            bool scalars = true;  // Clip's bounds
+            for (size_t k = 1; k < n.inputs.size(); ++k) scalars &= n.inputs[k].empty() || scalarConstant(g, n.inputs[k], &v);
+            if (scalars) kind = "eltwise", channels[n.outputs[0]] = channels[n.inputs[0]];
+        } else if (blockableBinary(n) && (channels.count(n.inputs[0]) || channels.count(n.inputs[1]))) {
+            const int64_t c = channels.count(n.inputs[0]) ? channels[n.inputs[0]] : channels[n.inputs[1]];
+            bool ok = true;
+            for (const auto& in : n.inputs) {
+                double v;
+                ok &= (channels.count(in) && channels[in] == c) || scalarConstant(g, in, &v) || perChannelConstant(g, in, c) || plainChannels(g, in) == c;
+            }
+            if (ok) kind = "eltwise", channels[n.outputs[0]] = c;
+        } else if (n.op_type == "Concat" && n.domain.empty() && n.outputs.size() == 1 && !n.inputs.empty()) {
+            const int64_t axis = n.attrs.getInt("axis", 0);
+            bool ok = axis == 1 || axis == -3, any_blocked = false;
+            int64_t total = 0;
+            for (size_t k = 0; k < n.inputs.size() && ok; ++k) {
+                const int64_t c = channels.count(n.inputs[k]) ? channels[n.inputs[k]] : plainChannels(g, n.inputs[k]);
+                any_blocked |= channels.count(n.inputs[k]) > 0;
+                // Blocks concatenate as they are when every part but the last fills its blocks.
+                ok = c > 0 && (k + 1 == n.inputs.size() || c % block == 0);
+                total += c;
+            }
+            if (ok && any_blocked) kind = "concat", channels[n.outputs[0]] = total;
+        }
         if (!kind.empty()) converted[i] = kind;
     }
     if (converted.empty()) return;
@@ -108,8 +168,9 @@ void assignBlockedLayout(Graph& g, int64_t block) {
         const auto it = converted.find(static_cast<size_t>(c));
         if (it == converted.end()) return false;
         const Node& n = g.nodes[it->first];
+        if (it->second == "pool" || it->second == "eltwise" || it->second == "concat") return true;
         for (size_t k = 0; k < n.inputs.size(); ++k)
-            if (n.inputs[k] == v && !((k == 3 && it->second != "pool") || (k == 0 && it->second != plain_input))) return false;
+            if (n.inputs[k] == v && !(k == 3 || (k == 0 && it->second != plain_input))) return false;
         return true;
     };
     std::map<std::string, std::string> blocked;  // NCHW value -> its blocked twin
@@ -124,11 +185,32 @@ void assignBlockedLayout(Graph& g, int64_t block) {
         added.push_back(to_blocked);
         return blocked[v] = name;
     };
-    for (const auto& [v, c] : channels) blocked[v] = freshName(g, v + suffix);
+    for (const auto& [v, c] : channels) {
+        blocked[v] = freshName(g, v + suffix);
+        g.value_info[blocked[v]] = ValueInfo{blocked[v], DType::F32, Shape::unknown()};  // f32 for the chain fusion after
+    }
     for (const auto& [i, kind] : converted) {
         Node& n = g.nodes[i];
         const std::string out = n.outputs[0];
-        if (kind == "pool") {
+        if (kind == "eltwise" || kind == "concat") {
+            const int64_t c = channels.at(out);
+            for (auto& in : n.inputs) {
+                double v;
+                if (in.empty() || scalarConstant(g, in, &v)) continue;
+                if (channels.count(in)) {
+                    in = blocked.at(in);
+                } else if (kind == "eltwise" && perChannelConstant(g, in, c)) {
+                    std::string& pc = packed[in + "/" + data_layout];
+                    if (pc.empty()) {
+                        pc = freshName(g, in + suffix);
+                        g.initializers[pc] = blockChannels(constantOf(g, in)->reshaped({1, c, 1, 1}), block);
+                    }
+                    in = pc;
+                } else {
+                    in = blockedValue(in);
+                }
+            }
+        } else if (kind == "pool") {
             n.attrs.set("pool", n.op_type);
             n.attrs.set("channels", channels.at(out));
             n.op_type = "BlockedPool";
@@ -150,7 +232,8 @@ void assignBlockedLayout(Graph& g, int64_t block) {
             n.attrs.set("weight_layout", kind);
             n.attrs.set("weight_dims", std::vector<int64_t>(w.dims().begin(), w.dims().end()));
         }
-        n.domain = "kiln";
+        if (kind == "concat") n.attrs.set("axis", int64_t{1});  // the blocks' axis of [N, C/B, H, W, B]
+        if (kind != "eltwise" && kind != "concat") n.domain = "kiln";
         n.outputs.resize(1);
         n.outputs[0] = blocked.at(out);
         bool plain_use = index.isGraphOutput(out);

@@ -59,14 +59,24 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void chainBinary(fl
 
 constexpr int64_t kBlock = 1024;  // elements per step: stays in L1 across a chain's steps
 
-// Runs body(run, begin, len) over the broadcast runs in pieces of at most kBlock, on the
-// team when the output is large.
+// Runs body(run, offsets, begin, len) over the broadcast runs in pieces of at most kBlock
+// (offsets: each input's at the run's start), on the team when the output is large. Short
+// runs go in groups of consecutive runs, stepping the offsets from run to run.
 template <typename Body>
 void forEachPiece(const BroadcastRuns& p, Body&& body) {
-    const int64_t len = p.length(), per_run = (len + kBlock - 1) / kBlock;
-    parallelFor(p.runs() * per_run, p.runs() * len > 32768, [&](int64_t item) {
+    const int64_t len = p.length(), runs = p.runs();
+    const bool shared = runs * len > 32768;
+    if (len < kBlock) {
+        const int64_t group = std::max<int64_t>(1, kBlock / std::max<int64_t>(len, 1)), groups = (runs + group - 1) / group;
+        parallelFor(groups, shared, [&](int64_t g) {
+            p.forRuns(g * group, std::min(group, runs - g * group), [&](int64_t run, const int64_t* offsets) { body(run, offsets, 0, len); });
+        });
+        return;
+    }
+    const int64_t per_run = (len + kBlock - 1) / kBlock;
+    parallelFor(runs * per_run, shared, [&](int64_t item) {
         const int64_t run = item / per_run, begin = (item % per_run) * kBlock;
-        body(run, begin, std::min(kBlock, len - begin));
+        p.forRuns(run, 1, [&](int64_t, const int64_t* offsets) { body(run, offsets, begin, std::min(kBlock, len - begin)); });
     });
 }
 
@@ -82,14 +92,14 @@ std::vector<Tensor> fastBinary(const KernelContext& ctx) {
     const float *pa = a.data<float>(), *pb = b.data<float>();
     float* py = y.data<float>();
     const int64_t sa = runs.step(0), sb = runs.step(1);
-    forEachPiece(runs, [&](int64_t run, int64_t begin, int64_t len) {
+    forEachPiece(runs, [&](int64_t run, const int64_t* offsets, int64_t begin, int64_t len) {
         float* v = py + run * runs.length() + begin;
-        const float* ra = pa + runs.offset(0, run) + begin * sa;
+        const float* ra = pa + offsets[0] + begin * sa;
         if (sa)
             std::memcpy(v, ra, static_cast<size_t>(len) * sizeof(float));
         else
             std::fill(v, v + len, ra[0]);
-        chainBinary(v, len, pb + runs.offset(1, run) + begin * sb, sb == 0, op, false);
+        chainBinary(v, len, pb + offsets[1] + begin * sb, sb == 0, op, false);
     });
     return {y};
 }
@@ -142,9 +152,9 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
     const int64_t sx = runs.step(0);
     // Step by step over pieces that stay in L1, each step one vectorizable loop (an
     // interpreter per element ran BERT's 32K-element embedding sum at 10 ns an element).
-    forEachPiece(runs, [&](int64_t run, int64_t begin, int64_t len) {
+    forEachPiece(runs, [&](int64_t run, const int64_t* offsets, int64_t begin, int64_t len) {
         float* v = py + run * runs.length() + begin;
-        const float* rx = px + runs.offset(0, run) + begin * sx;
+        const float* rx = px + offsets[0] + begin * sx;
         if (sx)
             std::memcpy(v, rx, static_cast<size_t>(len) * sizeof(float));
         else
@@ -155,7 +165,7 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
                 continue;
             }
             const int64_t step = runs.step(st.input);
-            const float* o = ctx.input(st.input).data<float>() + runs.offset(st.input, run) + begin * step;
+            const float* o = ctx.input(st.input).data<float>() + offsets[st.input] + begin * step;
             chainBinary(v, len, o, step == 0, st.op, st.swapped);
         }
     });

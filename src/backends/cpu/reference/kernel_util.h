@@ -38,11 +38,23 @@ public:
     int64_t offset(size_t k, int64_t run) const;
     template <typename F>
     void forEach(F&& fn) const {
+        forRuns(0, runs(), [&](int64_t r, const int64_t* offsets) { fn(r * length_, offsets); });
+    }
+    // fn(run, offsets) for runs [first, first + count): the inputs' offsets found once, then
+    // stepped run to run (short runs, as blocked layouts give, would spend more on finding
+    // each run's offsets than on its elements).
+    template <typename F>
+    void forRuns(int64_t first, int64_t count, F&& fn) const {
+        if (count <= 0) return;
         const size_t inputs = steps_.size(), rank = outer_.size();
         std::vector<int64_t> idx(rank, 0), offsets(inputs, 0);
-        const int64_t count = runs();
-        for (int64_t r = 0; r < count; ++r) {
-            fn(r * length_, offsets.data());
+        for (size_t k = 0; k < inputs; ++k) offsets[k] = offset(k, first);
+        for (int64_t rest = first, d = static_cast<int64_t>(rank) - 1; d >= 0; --d) {
+            idx[d] = rest % outer_[d];
+            rest /= outer_[d];
+        }
+        for (int64_t r = first; r < first + count; ++r) {
+            fn(r, offsets.data());
             for (size_t d = rank; d-- > 0;) {  // odometer over the outer dims
                 const bool carry = ++idx[d] == outer_[d];
                 for (size_t k = 0; k < inputs; ++k) offsets[k] += carry ? -strides_[k][d] * (outer_[d] - 1) : strides_[k][d];
