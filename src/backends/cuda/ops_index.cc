@@ -75,26 +75,25 @@ std::vector<DeviceTensor> pad(OpContext& ctx) {
     return {y};
 }
 
-// Tile over [r0, d0, r1, d1, ...]: the repeat axes have stride 0 in the input.
+// Tile over [r0, d0, r1, d1, ...] (an axis repeated once keeps only d): the repeat axes
+// have stride 0 in the input.
 std::vector<DeviceTensor> tile(OpContext& ctx) {
     const DeviceTensor& x = ctx.input(0);
     const auto repeats = ctx.hostInts(1);
     ctx.require(repeats.size() == x.dims.size(), "repeats must hold one value per input axis");
     Dims out, wide;
-    View6 src;
-    int64_t stride = 1;
-    for (size_t d = 0; d < x.dims.size(); ++d) ctx.require(repeats[d] >= 0, "repeats must not be negative");
-    if (2 * x.dims.size() > static_cast<size_t>(kMaxRank)) ctx.unsupported("Tile of rank " + std::to_string(x.dims.size()));
-    for (int64_t d = static_cast<int64_t>(x.dims.size()) - 1; d >= 0; --d) {
-        src.strides[2 * d + 1] = stride;  // the input axis
-        src.strides[2 * d] = 0;           // its repeats
-        stride *= x.dims[d];
-    }
+    std::vector<int64_t> wide_strides;
+    int64_t stride = x.numel();
     for (size_t d = 0; d < x.dims.size(); ++d) {
-        wide.push_back(repeats[d]);
-        wide.push_back(x.dims[d]);
+        ctx.require(repeats[d] >= 0, "repeats must not be negative");
+        stride = x.dims[d] ? stride / x.dims[d] : 0;
+        if (repeats[d] != 1) wide.push_back(repeats[d]), wide_strides.push_back(0);
+        wide.push_back(x.dims[d]), wide_strides.push_back(stride);
         out.push_back(repeats[d] * x.dims[d]);
     }
+    if (wide.size() > static_cast<size_t>(kMaxRank)) ctx.unsupported("Tile repeating " + std::to_string(wide.size() - x.dims.size()) + " axes of rank " + std::to_string(x.dims.size()));
+    View6 src;
+    for (size_t d = 0; d < wide.size(); ++d) src.strides[d] = wide_strides[d];
     DeviceTensor y = ctx.output(0, x.logical, out);
     if (y.numel() > 0) launchStridedCopy(dtypeSize(x.dtype), x.data, src, y.data, denseView(wide), toShape6(wide, ctx), ctx.stream());
     return {y};
