@@ -7,6 +7,7 @@
 
 #include "backends/cpu/fast/parallel_for.h"
 #include "backends/cpu/fast/tactics.h"
+#include "backends/cpu/reference/kernel_util.h"
 #include "backends/cpu/reference/resize_plan.h"
 
 namespace kiln {
@@ -55,6 +56,7 @@ std::vector<Tensor> fastResize(const KernelContext& ctx) {
     const size_t rank = x.rank();
     if (x.dtype() != DType::F32 || rank < 2) return referenceFallback(ctx);
     const ResizePlan plan = planResize(ctx);
+    tensorBytes(DType::F32, plan.out_dims, ctx.node.describe());  // a clean error for an absurd size, before the taps grow with it
     // The outer axes must map each index to itself (tf_half_pixel_for_nn with round_prefer_ceil
     // shifts even an unscaled axis by one).
     for (size_t d = 0; d + 2 < rank; ++d) {
