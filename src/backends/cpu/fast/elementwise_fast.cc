@@ -80,6 +80,14 @@ void forEachPiece(const BroadcastRuns& p, Body&& body) {
     });
 }
 
+// v[0, len) = a run of the first operand: contiguous (step 1) or one repeated value (step 0).
+inline void loadRun(float* v, const float* src, int64_t step, int64_t len) {
+    if (step)
+        std::memcpy(v, src, static_cast<size_t>(len) * sizeof(float));
+    else
+        std::fill(v, v + len, src[0]);
+}
+
 std::vector<Tensor> fastBinary(const KernelContext& ctx) {
     BinOp op;
     if (ctx.numInputs() != 2 || ctx.numOutputs() != 1 || !binOpNamed(ctx.node.op_type, &op)) return referenceFallback(ctx);
@@ -94,11 +102,7 @@ std::vector<Tensor> fastBinary(const KernelContext& ctx) {
     const int64_t sa = runs.step(0), sb = runs.step(1);
     forEachPiece(runs, [&](int64_t run, const int64_t* offsets, int64_t begin, int64_t len) {
         float* v = py + run * runs.length() + begin;
-        const float* ra = pa + offsets[0] + begin * sa;
-        if (sa)
-            std::memcpy(v, ra, static_cast<size_t>(len) * sizeof(float));
-        else
-            std::fill(v, v + len, ra[0]);
+        loadRun(v, pa + offsets[0] + begin * sa, sa, len);
         chainBinary(v, len, pb + offsets[1] + begin * sb, sb == 0, op, false);
     });
     return {y};
@@ -154,11 +158,7 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
     // interpreter per element ran BERT's 32K-element embedding sum at 10 ns an element).
     forEachPiece(runs, [&](int64_t run, const int64_t* offsets, int64_t begin, int64_t len) {
         float* v = py + run * runs.length() + begin;
-        const float* rx = px + offsets[0] + begin * sx;
-        if (sx)
-            std::memcpy(v, rx, static_cast<size_t>(len) * sizeof(float));
-        else
-            std::fill(v, v + len, rx[0]);
+        loadRun(v, px + offsets[0] + begin * sx, sx, len);
         for (const Step& st : steps) {
             if (st.unary) {
                 applyEpilogueSerial(v, 1, len, nullptr, false, nullptr, st.act);
