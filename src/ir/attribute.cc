@@ -78,6 +78,10 @@ std::vector<float> Attributes::getFloats(const std::string& name, const std::vec
     const auto* v = find<std::vector<float>>(name);
     return v ? *v : fallback;
 }
+std::vector<std::string> Attributes::getStrings(const std::string& name, const std::vector<std::string>& fallback) const {
+    const auto* v = find<std::vector<std::string>>(name);
+    return v ? *v : fallback;
+}
 const Tensor& Attributes::getTensor(const std::string& name) const {
     const auto* v = find<Tensor>(name);
     check(v != nullptr, "required attribute '" + name + "' is missing");

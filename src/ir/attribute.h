@@ -32,6 +32,7 @@ public:
     std::string getString(const std::string& name, const std::string& fallback) const;
     std::vector<int64_t> getInts(const std::string& name, const std::vector<int64_t>& fallback = {}) const;
     std::vector<float> getFloats(const std::string& name, const std::vector<float>& fallback = {}) const;
+    std::vector<std::string> getStrings(const std::string& name, const std::vector<std::string>& fallback = {}) const;
     const Tensor& getTensor(const std::string& name) const;
     std::shared_ptr<Graph> getGraph(const std::string& name) const;
 

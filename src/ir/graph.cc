@@ -74,6 +74,34 @@ std::set<std::string> definedNames(const Graph& g) {
     return names;
 }
 
+void liftCaptures(Graph& g) {
+    for (auto& node : g.nodes) {
+        if (node.attrs.has("captures")) continue;  // lifted already
+        std::set<std::string> captures;
+        for (const auto& [name, attr] : node.attrs.all()) {
+            const auto* sub = std::get_if<std::shared_ptr<Graph>>(&attr);
+            if (!sub || !*sub) continue;
+            Graph& body = **sub;
+            liftCaptures(body);
+            const std::set<std::string> inside = definedNames(body);
+            for (const auto& n : body.nodes)
+                for (const auto& in : n.inputs)
+                    if (!in.empty() && !inside.count(in)) captures.insert(in);
+            for (const auto& o : body.outputs)
+                if (!inside.count(o.name)) captures.insert(o.name);
+        }
+        if (captures.empty()) continue;
+        std::vector<std::string> names(captures.begin(), captures.end());
+        node.inputs.insert(node.inputs.end(), names.begin(), names.end());
+        node.attrs.set("captures", names);
+    }
+}
+
+size_t formalInputCount(const Node& n) {
+    const size_t captured = n.attrs.getStrings("captures").size();
+    return n.inputs.size() >= captured ? n.inputs.size() - captured : 0;
+}
+
 namespace {
 // Ops whose listed inputs must all share one element type (ONNX type constraint "T").
 bool inputsShareType(const std::string& op) {

@@ -49,6 +49,15 @@ struct Graph {
 void topologicalSort(Graph& g);
 // Names a subgraph may read from enclosing graphs (inputs, initializers, node outputs).
 std::set<std::string> definedNames(const Graph& g);
+// ONNX subgraphs (If branches, Loop and Scan bodies) read outer values by name. Kiln makes
+// those reads explicit so that every pass, the scheduler and the memory planner see them as
+// uses: each node with subgraphs gets the outer values they read appended to its inputs,
+// after the formal ones, and their names inside the subgraphs in attribute "captures"
+// (passes may rename the node's inputs; the subgraphs keep theirs). Nested subgraphs are
+// lifted first, so a capture of an inner graph becomes one of each graph around it.
+void liftCaptures(Graph& g);
+// How many of a node's inputs are its operator's own (the rest are captures).
+size_t formalInputCount(const Node& n);
 // Checks that the graph is well formed: every input defined before use, each value produced
 // once, no cycles, declared outputs produced, known element types consistent, and every
 // node's attributes in range (attribute_checks.h).

@@ -257,6 +257,7 @@ Graph importOnnxModel(const fs::path& path, int64_t max_opset) {
     }
     inferShapes(std::move(typed), g);
     try {
+        liftCaptures(g);
         topologicalSort(g);
         verifyGraph(g);
     } catch (const Error& e) {

@@ -22,6 +22,7 @@ const std::vector<OpSupport>& supportedOps() {
         {"Conv", 1}, {"ConvTranspose", 1}, {"Gemm", 1}, {"MatMul", 1}, {"BatchNormalization", 1},
         {"InstanceNormalization", 1}, {"LayerNormalization", 17}, {"LRN", 1}, {"MeanVarianceNormalization", 9},
         {"MaxPool", 1}, {"AveragePool", 1}, {"GlobalMaxPool", 1}, {"GlobalAveragePool", 1}, {"LpPool", 1},
+        {"LSTM", 7}, {"GRU", 7}, {"RNN", 7},
         {"Softmax", 1}, {"LogSoftmax", 1}, {"Hardmax", 1}, {"Dropout", 1},
         // reductions
         {"ReduceSum", 1}, {"ReduceMean", 1}, {"ReduceMax", 1}, {"ReduceMin", 1}, {"ReduceProd", 1},
@@ -34,6 +35,8 @@ const std::vector<OpSupport>& supportedOps() {
         {"Shape", 1}, {"Size", 1}, {"ConstantOfShape", 9}, {"Constant", 1}, {"Range", 11}, {"Resize", 10},
         {"Upsample", 7}, {"Einsum", 12}, {"DepthToSpace", 1}, {"SpaceToDepth", 1}, {"Trilu", 14}, {"OneHot", 9},
         {"EyeLike", 9}, {"NonZero", 9}, {"Compress", 9},
+        // control flow (subgraphs)
+        {"If", 1}, {"Loop", 1}, {"Scan", 9},
         // detection
         {"NonMaxSuppression", 10},
         // losses (used by exported training-aware graphs; inference semantics)

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "backends/cpu/reference/kernel.h"
@@ -189,4 +190,19 @@ TEST(Accuracy, MetricsMatchHandComputedValues) {
     EXPECT_NEAR(s.rel_l2, 1.0 / std::sqrt(30.0), 1e-12);
     EXPECT_NEAR(s.cosine, 34.0 / std::sqrt(30.0 * 39.0), 1e-12);
     EXPECT_THROW(compareOutputs(Tensor::fromVector<float>({2}, {1, 2}), want, "y"), Error);
+}
+
+// Exporters (torchvision's nms) pass INT64_MAX as max_output_boxes_per_class: no limit.
+TEST(Executor, NonMaxSuppressionTakesInt64MaxAsNoLimit) {
+    Node n{"nms", "NonMaxSuppression", "", {}, {"y"}, {}};
+    // Three boxes: the second overlaps the first (IoU 0.81), the third is apart.
+    const Tensor boxes = Tensor::fromVector<float>({1, 3, 4}, {0, 0, 10, 10, 0, 1, 10, 10, 20, 20, 30, 30});
+    const Tensor scores = Tensor::fromVector<float>({1, 1, 3}, {0.9f, 0.8f, 0.7f});
+    const Tensor iou = Tensor::scalar<float>(0.5f);
+    for (int64_t limit : {std::numeric_limits<int64_t>::max(), int64_t{1}}) {
+        const Tensor max_out = Tensor::fromVector<int64_t>({1}, {limit});
+        const auto out = referenceKernels().find("NonMaxSuppression")(KernelContext{n, {&boxes, &scores, &max_out, &iou}, 17, nullptr});
+        const std::vector<int64_t> want = limit == 1 ? std::vector<int64_t>{0, 0, 0} : std::vector<int64_t>{0, 0, 0, 0, 0, 2};
+        EXPECT_EQ(out[0].toInt64Vector(), want) << "limit " << limit;
+    }
 }

@@ -31,7 +31,13 @@ std::vector<Tensor> fastSoftmax(const KernelContext& ctx) {
     if (x.dtype() != DType::F32 || rank == 0 || axis != rank - 1) return referenceFallback(ctx);
     Tensor y = x.clone();
     const int64_t len = x.dims().back();
-    softmaxRows(y.data<float>(), len ? x.numel() / len : 0, len);
+    if (ctx.node.op_type == "LogSoftmax") {
+        const int64_t rows = len ? x.numel() / len : 0;
+        float* p = y.data<float>();
+        parallelFor(rows, rows * len > 16384, [&](int64_t r) { logSoftmaxRow(p + r * len, len); });
+    } else {
+        softmaxRows(y.data<float>(), len ? x.numel() / len : 0, len);
+    }
     return {y};
 }
 
@@ -423,8 +429,8 @@ void addFastOpTactics(std::vector<Tactic>& t) {
     t.push_back({"fast", "pool", {"AveragePool"}, supportsAnyNode, fastAveragePool});
     t.push_back({"fast", "pool", {"GlobalAveragePool"}, supportsAnyNode, fastGlobalAveragePool});
     t.push_back({"fast", "data", {"Transpose"}, supportsAnyNode, fastTranspose});
-    t.push_back({"fast", "norm", {"LayerNormalization", "Softmax"}, supportsAnyNode, nullptr});
-    t.back().kernel = [](const KernelContext& ctx) { return ctx.node.op_type == "Softmax" ? fastSoftmax(ctx) : fastLayerNorm(ctx); };
+    t.push_back({"fast", "norm", {"LayerNormalization", "Softmax", "LogSoftmax"}, supportsAnyNode, nullptr});
+    t.back().kernel = [](const KernelContext& ctx) { return ctx.node.op_type == "LayerNormalization" ? fastLayerNorm(ctx) : fastSoftmax(ctx); };
     t.push_back({"fast", "attention", {"Attention"}, supportsAnyNode, fastAttention});
 }
 

@@ -74,4 +74,18 @@ void softmaxRow(float* x, int64_t len) {
     else softmaxRowScalar(x, len);
 }
 
+// Sums in double: log-probabilities of wide rows are compared at 1e-6 absolute.
+void logSoftmaxRow(float* x, int64_t len) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < len; ++j) mx = std::max(mx, x[j]);
+    if (!std::isfinite(mx)) {
+        for (int64_t j = 0; j < len; ++j) x[j] = NAN;  // as the reference: exp(inf - inf) poisons the sum
+        return;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < len; ++j) sum += std::exp(static_cast<double>(x[j] - mx));
+    const float log_sum = static_cast<float>(std::log(sum));
+    for (int64_t j = 0; j < len; ++j) x[j] = (x[j] - mx) - log_sum;
+}
+
 }  // namespace kiln

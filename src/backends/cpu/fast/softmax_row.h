@@ -8,5 +8,7 @@ namespace kiln {
 // In place over `len` floats; -inf scores give 0, a row without a finite maximum (all -inf,
 // +inf) follows the scalar rule (NaN), NaN scores make the row NaN.
 void softmaxRow(float* x, int64_t len);
+// Log-softmax in place: x - max - log(sum(exp(x - max))).
+void logSoftmaxRow(float* x, int64_t len);
 
 }  // namespace kiln

@@ -25,6 +25,7 @@ const std::vector<Tactic>& fastTactics() {
         addChannelBlockTactics(t);
         addResizeTactics(t);
         addDeconvTactics(t);
+        addRecurrentTactics(t);
         return t;
     }();
     return tactics;

@@ -48,5 +48,6 @@ void addElementwiseTactics(std::vector<Tactic>& t);
 void addChannelBlockTactics(std::vector<Tactic>& t);
 void addResizeTactics(std::vector<Tactic>& t);
 void addDeconvTactics(std::vector<Tactic>& t);
+void addRecurrentTactics(std::vector<Tactic>& t);
 
 }  // namespace kiln

@@ -47,7 +47,8 @@ std::vector<Tensor> nonMaxSuppression(const KernelContext& ctx) {
         if (!ctx.hasInput(i) || ctx.input(i).numel() == 0) return fallback;
         return ctx.input(i).scalarAt(0);
     };
-    const int64_t max_out = static_cast<int64_t>(scalar(2, 0));
+    // Read as an integer: exporters pass INT64_MAX ("no limit"), which a double cannot hold.
+    const int64_t max_out = ctx.hasInput(2) && ctx.input(2).numel() > 0 ? ctx.input(2).toInt64Vector()[0] : 0;
     const float iou_threshold = static_cast<float>(scalar(3, 0));
     const bool has_score_threshold = ctx.hasInput(4) && ctx.input(4).numel() > 0;
     const float score_threshold = static_cast<float>(scalar(4, 0));

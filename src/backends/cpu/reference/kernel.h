@@ -107,5 +107,7 @@ void registerGeneratorKernels(KernelRegistry& r);
 void registerLossKernels(KernelRegistry& r);
 void registerFusedKernels(KernelRegistry& r);
 void registerDetectionKernels(KernelRegistry& r);
+void registerControlFlowKernels(KernelRegistry& r);
+void registerRecurrentKernels(KernelRegistry& r);
 
 }  // namespace kiln

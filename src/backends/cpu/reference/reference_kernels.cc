@@ -39,6 +39,8 @@ const KernelRegistry& referenceKernels() {
         registerLossKernels(r);
         registerFusedKernels(r);
         registerDetectionKernels(r);
+        registerControlFlowKernels(r);
+        registerRecurrentKernels(r);
         return r;
     }();
     return registry;
