@@ -267,12 +267,16 @@ TEST(FastBackend, BlockedConvMatchesThePlainReference) {
         {8, 8, 3, 1, 1, 1, 1, 1, 1, 1, "HardSigmoid", false, true},
         {16, 8, 3, 1, 1, 1, 1, 1, 1, 1, "Silu", true, false},  // x * sigmoid(x): oneDNN's swish
         {8, 16, 1, 1, 0, 0, 0, 0, 1, 1, "Silu", false, true},
+        {32, 32, 3, 1, 1, 1, 1, 1, 1, 2, "Relu", true, false},  // grouped (gOIhw<b>i<b>o): 16 channels a group
+        {64, 32, 3, 2, 1, 1, 1, 1, 1, 4, "none", true, true},   // 16 in, 8 out a group: blocks of 8 only
     };
     std::vector<std::string> tactics = {"reference"};
     for (const auto& t : fastTactics())
         if (t.name == "dnnl" && t.op_class == "conv") tactics.push_back("dnnl");
     for (int64_t block : {8, 16})
         for (const Geo& geo : geos) {
+            const bool depthwise = geo.group == geo.c && geo.m == geo.c, grouped = geo.group > 1 && !depthwise;
+            if (grouped && ((geo.c / geo.group) % block || (geo.m / geo.group) % block)) continue;
             const int64_t N = 2, H = 9, W = 11;
             const int64_t OH = (H + geo.pt + geo.pb - (geo.k - 1) * geo.dil - 1) / geo.stride + 1, OW = (W + geo.pl + geo.pr - (geo.k - 1) * geo.dil - 1) / geo.stride + 1;
             const Tensor x = randomTensor({N, geo.c, H, W}, rng), w = randomTensor({geo.m, geo.c / geo.group, geo.k, geo.k}, rng);
@@ -287,7 +291,7 @@ TEST(FastBackend, BlockedConvMatchesThePlainReference) {
             const Tensor want = blockChannels(
                 referenceKernels().find("FusedConv")(KernelContext{plain, {&x, &w, b.defined() ? &b : nullptr, z.defined() ? &z : nullptr}, 17, nullptr})[0], block);
             const std::string layout = packedConvWeightLayout(
-                geo.group > 1 ? PackedConvWeights::Goihwg : geo.c < 8 ? PackedConvWeights::Ohwio : PackedConvWeights::OIhwIO, block);
+                depthwise ? PackedConvWeights::Goihwg : grouped ? PackedConvWeights::GOIhwIO : geo.c < 8 ? PackedConvWeights::Ohwio : PackedConvWeights::OIhwIO, block);
             Node blocked = plain;
             blocked.attrs.set("data_layout", blockedDataLayout(block));
             blocked.attrs.set("weight_layout", layout);

@@ -596,6 +596,43 @@ TEST(Passes, ChannelBlockedConvChainsMatchTheReference) {
         for (const auto& n : optimizeGraph(g, values).nodes) EXPECT_NE(n.op_type, "BlockedPool") << routeValue(values, "layout.conv");
 }
 
+// Grouped convs stay in a blocked chain when each group's channels are whole blocks: 16
+// channels a group fit blocks of 8 and 16, 8 a group only blocks of 8 (the chain is then
+// left and entered again around it).
+TEST(Passes, GroupedConvsOfWholeBlocksStayBlocked) {
+    std::mt19937 rng(13);
+    Graph g = withInput({1, 32, 9, 9});
+    g.initializers["w1"] = randomTensor({32, 16, 3, 3}, rng);  // 2 groups of 16
+    g.initializers["w2"] = randomTensor({32, 8, 3, 3}, rng);   // 4 groups of 8
+    g.initializers["w3"] = randomTensor({32, 32, 1, 1}, rng);
+    g.initializers["b"] = randomTensor({32}, rng);
+    auto conv = [](int64_t group) {
+        Attributes a;
+        a.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+        a.set("group", group);
+        return a;
+    };
+    g.nodes = {Node{"c1", "Conv", "", {"x", "w1", "b"}, {"c1"}, conv(2)}, Node{"r1", "Relu", "", {"c1"}, {"r1"}, {}},
+               Node{"c2", "Conv", "", {"r1", "w2", "b"}, {"c2"}, conv(4)}, Node{"c3", "Conv", "", {"c2", "w3"}, {"y"}, {}}};
+    g.outputs = {{"y", DType::F32, {}}};
+    for (int64_t block : {8, 16}) {
+        const RouteValues route = BuildRoute::parse("layout.conv=nchw" + std::to_string(block) + "c", Builder::space()).values();
+        const Graph after = optimizeGraph(g, route);
+        std::map<std::string, std::string> weight_layout;
+        for (const auto& n : after.nodes)
+            if (n.op_type == "FusedConv") weight_layout[n.attrs.getInt("group", 1) == 1 ? "dense" : "g" + std::to_string(n.attrs.getInt("group", 1))] = n.attrs.getString("weight_layout", "");
+        const std::string b = std::to_string(block);
+        EXPECT_EQ(weight_layout["g2"], "gOIhw" + b + "i" + b + "o");
+        EXPECT_EQ(weight_layout["g4"], block == 8 ? "gOIhw8i8o" : "");
+        expectSameOutputs(g, after, {1, 32, 9, 9});
+        Builder builder(g, "");
+        builder.setBuildRoute(BuildRoute::parse("layout.conv=nchw" + b + "c", Builder::space()));
+        const Engine e = builder.build();
+        TensorMap in = {{"x", randomTensor({1, 32, 9, 9}, rng)}};
+        EXPECT_LT(compareOutputs(ExecutionContext(e).run(in)[0], GraphExecutor(g).run(in)[0], "y").rel_l2, 1e-5) << "block " << block;
+    }
+}
+
 TEST(Passes, ElementwiseChainAndDeadCode) {
     Graph g = withInput({4, 3});
     scalar(g, "two", 2.0f);

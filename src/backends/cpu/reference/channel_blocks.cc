@@ -16,13 +16,13 @@ struct WeightPacking {
 
     Dims packedDims() const {
         const int64_t ob = channelBlocks(O, b);
-        if (kind == PackedConvWeights::OIhwIO) return {ob, channelBlocks(I, b), KH, KW, b, b};
+        if (kind == PackedConvWeights::OIhwIO || kind == PackedConvWeights::GOIhwIO) return {ob, channelBlocks(I, b), KH, KW, b, b};
         if (kind == PackedConvWeights::Ohwio) return {ob, KH, KW, I, b};
         return {ob, KH, KW, b};  // Goihw<b>g: I == 1, one filter per group
     }
     int64_t offset(int64_t o, int64_t i, int64_t h, int64_t w) const {
         const int64_t ob = o / b, ol = o % b;
-        if (kind == PackedConvWeights::OIhwIO) return ((((ob * channelBlocks(I, b) + i / b) * KH + h) * KW + w) * b + i % b) * b + ol;
+        if (kind == PackedConvWeights::OIhwIO || kind == PackedConvWeights::GOIhwIO) return ((((ob * channelBlocks(I, b) + i / b) * KH + h) * KW + w) * b + i % b) * b + ol;
         if (kind == PackedConvWeights::Ohwio) return (((ob * KH + h) * KW + w) * I + i) * b + ol;
         return ((ob * KH + h) * KW + w) * b + ol;
     }
@@ -59,18 +59,20 @@ void withElementType(DType dtype, F f) {
 std::string packedConvWeightLayout(PackedConvWeights kind, int64_t block) {
     const std::string b = std::to_string(block);
     if (kind == PackedConvWeights::OIhwIO) return "OIhw" + b + "i" + b + "o";
+    if (kind == PackedConvWeights::GOIhwIO) return "gOIhw" + b + "i" + b + "o";
     if (kind == PackedConvWeights::Ohwio) return "Ohwi" + b + "o";
     return "Goihw" + b + "g";
 }
 
 int64_t packedConvWeightBlock(const std::string& layout) {
     for (int64_t b : {kChannelBlock, kWideChannelBlock})
-        for (auto kind : {PackedConvWeights::OIhwIO, PackedConvWeights::Ohwio, PackedConvWeights::Goihwg})
+        for (auto kind : {PackedConvWeights::OIhwIO, PackedConvWeights::Ohwio, PackedConvWeights::Goihwg, PackedConvWeights::GOIhwIO})
             if (layout == packedConvWeightLayout(kind, b)) return b;
     return 0;
 }
 
 PackedConvWeights packedConvWeightKind(const std::string& layout) {
+    if (layout.rfind("gOIhw", 0) == 0) return PackedConvWeights::GOIhwIO;
     return layout.rfind("OIhw", 0) == 0 ? PackedConvWeights::OIhwIO : layout.rfind("Ohwi", 0) == 0 ? PackedConvWeights::Ohwio : PackedConvWeights::Goihwg;
 }
 
