@@ -103,6 +103,7 @@ TEST(ControlFlow, LoopCarriesStateAndStacksScanOutputs) {
     body->nodes[0].attrs.set("to", std::string("f32"));
     body->nodes[3].attrs.set("keepdims", int64_t{0});
     body->initializers["limit"] = Tensor::scalar<float>(100.0f);
+    body->outputs[2] = {"scan", DType::F32, Shape::fromDims({2})};
     Node loop{"loop", "Loop", "", {"trips", "go", "s0"}, {"s_final", "s_all"}, {}};
     loop.attrs.set("body", body);
     g.nodes = {loop};
@@ -119,6 +120,13 @@ TEST(ControlFlow, LoopCarriesStateAndStacksScanOutputs) {
     // The condition ends it early: with x = 30, the sum passes 100 after the third step.
     const auto early = GraphExecutor(g).run({{"x", Tensor::fromVector<float>({2}, {30.0f, 30.0f})}, {"s0", s0}});
     EXPECT_EQ(early[1].dims(), (Dims{3, 2}));
+
+    // No trips: the state passes through and the scan output is empty, shaped as declared.
+    Graph none = g;
+    none.initializers["trips"] = Tensor::scalar<int64_t>(0);
+    const auto skipped = GraphExecutor(none).run({{"x", x}, {"s0", s0}});
+    EXPECT_EQ(skipped[0].toDoubleVector(), s0.toDoubleVector());
+    EXPECT_EQ(skipped[1].dims(), (Dims{0, 2}));
 
     g.nodes[0].inputs[0] = g.nodes[0].inputs[1] = "";
     try {

@@ -85,12 +85,11 @@ std::vector<Tensor> ifKernel(const KernelContext& ctx) {
 // stacks them last first. With no parts, the shape comes from `declared` (dims unknown: 0).
 Tensor stack(const KernelContext& ctx, const std::vector<Tensor>& parts, int64_t axis, bool reverse, const ValueInfo& declared) {
     if (parts.empty()) {
-        Dims dims{0};
+        Dims dims;
         if (declared.shape.rank_known)
             for (const auto& d : declared.shape.dims) dims.push_back(d.known() ? d.size : 0);
-        const DType t = declared.dtype == DType::Undefined ? DType::F32 : declared.dtype;
-        if (axis != 0 && static_cast<size_t>(axis) < dims.size()) std::swap(dims[0], dims[static_cast<size_t>(axis)]);
-        return Tensor(t, dims);
+        dims.insert(dims.begin() + std::min<int64_t>(axis, static_cast<int64_t>(dims.size())), 0);
+        return Tensor(declared.dtype == DType::Undefined ? DType::F32 : declared.dtype, dims);
     }
     const Tensor& first = parts[0];
     for (const auto& p : parts)
