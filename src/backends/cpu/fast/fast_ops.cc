@@ -30,14 +30,10 @@ std::vector<Tensor> fastSoftmax(const KernelContext& ctx) {
     if (axis < 0) axis += rank;
     if (x.dtype() != DType::F32 || rank == 0 || axis != rank - 1) return referenceFallback(ctx);
     Tensor y = x.clone();
-    const int64_t len = x.dims().back();
-    if (ctx.node.op_type == "LogSoftmax") {
-        const int64_t rows = len ? x.numel() / len : 0;
-        float* p = y.data<float>();
-        parallelFor(rows, rows * len > 16384, [&](int64_t r) { logSoftmaxRow(p + r * len, len); });
-    } else {
-        softmaxRows(y.data<float>(), len ? x.numel() / len : 0, len);
-    }
+    const int64_t len = x.dims().back(), rows = len ? x.numel() / len : 0;
+    float* p = y.data<float>();
+    if (ctx.node.op_type == "LogSoftmax") parallelFor(rows, rows * len > 16384, [&](int64_t r) { logSoftmaxRow(p + r * len, len); });
+    else softmaxRows(p, rows, len);
     return {y};
 }
 

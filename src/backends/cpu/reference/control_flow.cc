@@ -14,8 +14,6 @@ namespace {
 
 using Scope = std::map<std::string, Tensor>;
 
-std::vector<Tensor> runOnReferenceKernels(const Graph& g, const Scope& scope);
-
 const Tensor* lookup(const Graph& g, const Scope& values, const std::string& name) {
     if (auto it = values.find(name); it != values.end()) return &it->second;
     if (auto it = g.initializers.find(name); it != g.initializers.end()) return &it->second;

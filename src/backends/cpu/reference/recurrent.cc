@@ -81,10 +81,6 @@ std::vector<float> swapLeadingAxes(const float* x, int64_t d0, int64_t d1, int64
     return out;
 }
 
-struct Shape3 {
-    int64_t seq = 0, batch = 0, input = 0, hidden = 0, dirs = 1, gates = 1;
-};
-
 void requireDims(const KernelContext& ctx, const Tensor& t, const Dims& want, const char* what) {
     ctx.require(t.dims() == want, [&] { return std::string(what) + " has shape " + dimsToString(t.dims()) + ", expected " + dimsToString(want); });
     ctx.require(t.dtype() == DType::F32, [&] { return std::string(what) + " must be f32, it is " + std::string(dtypeName(t.dtype())); });
@@ -95,27 +91,24 @@ void requireDims(const KernelContext& ctx, const Tensor& t, const Dims& want, co
 std::vector<Tensor> recurrentKernel(const KernelContext& ctx, RecurrentGemm gemm) {
     const std::string& op = ctx.node.op_type;
     const bool lstm = op == "LSTM", gru = op == "GRU";
-    Shape3 s;
-    s.gates = lstm ? 4 : gru ? 3 : 1;
+    const int64_t G = lstm ? 4 : gru ? 3 : 1;    // gates
+    const size_t per = lstm ? 3 : gru ? 2 : 1;  // activation functions per direction: f, g[, h]
     const Tensor& x = ctx.input(0);
     ctx.require(x.rank() == 3 && x.dtype() == DType::F32, "X must be a rank-3 f32 tensor, it is " + x.summary());
     const bool batch_major = ctx.attrs().getInt("layout", 0) != 0;
-    s.seq = x.dims()[batch_major ? 1 : 0];
-    s.batch = x.dims()[batch_major ? 0 : 1];
-    s.input = x.dims()[2];
+    const int64_t S = x.dims()[batch_major ? 1 : 0], B = x.dims()[batch_major ? 0 : 1], I = x.dims()[2];
     const std::string direction = ctx.attrs().getString("direction", "forward");
     ctx.require(direction == "forward" || direction == "reverse" || direction == "bidirectional", "direction '" + direction + "' is not forward, reverse or bidirectional");
-    s.dirs = direction == "bidirectional" ? 2 : 1;
+    const int64_t D = direction == "bidirectional" ? 2 : 1;
     const Tensor& w = ctx.input(1);
     const Tensor& r = ctx.input(2);
     ctx.require(r.rank() == 3, "R must be rank 3, it is " + r.summary());
-    s.hidden = ctx.attrs().getInt("hidden_size", r.dims()[2]);
-    const int64_t H = s.hidden, G = s.gates, B = s.batch, S = s.seq, GH = G * H;
+    const int64_t H = ctx.attrs().getInt("hidden_size", r.dims()[2]), GH = G * H;
     ctx.require(H > 0, "hidden_size must be positive");
-    requireDims(ctx, w, {s.dirs, GH, s.input}, "W");
-    requireDims(ctx, r, {s.dirs, GH, H}, "R");
+    requireDims(ctx, w, {D, GH, I}, "W");
+    requireDims(ctx, r, {D, GH, H}, "R");
     const Tensor* bias = ctx.optionalInput(3);
-    if (bias) requireDims(ctx, *bias, {s.dirs, 2 * GH}, "B");
+    if (bias) requireDims(ctx, *bias, {D, 2 * GH}, "B");
     std::vector<int64_t> lens(static_cast<size_t>(B), S);
     if (const Tensor* sl = ctx.optionalInput(4)) {
         ctx.require(sl->numel() == B, "sequence_lens must hold one length per batch row");
@@ -124,36 +117,35 @@ std::vector<Tensor> recurrentKernel(const KernelContext& ctx, RecurrentGemm gemm
             ctx.require(lens[static_cast<size_t>(b)] >= 0 && lens[static_cast<size_t>(b)] <= S, "sequence_lens has a length outside [0, sequence length]");
         }
     }
-    const Dims state_dims = batch_major ? Dims{B, s.dirs, H} : Dims{s.dirs, B, H};
+    const Dims state_dims = batch_major ? Dims{B, D, H} : Dims{D, B, H};
     auto timeMajorState = [&](size_t i, const char* what) -> std::vector<float> {
         const Tensor* t = ctx.optionalInput(i);
-        if (!t) return std::vector<float>(static_cast<size_t>(s.dirs * B * H), 0.0f);
+        if (!t) return std::vector<float>(static_cast<size_t>(D * B * H), 0.0f);
         requireDims(ctx, *t, state_dims, what);
-        return batch_major ? swapLeadingAxes(t->data<float>(), B, s.dirs, H) : std::vector<float>(t->data<float>(), t->data<float>() + t->numel());
+        return batch_major ? swapLeadingAxes(t->data<float>(), B, D, H) : std::vector<float>(t->data<float>(), t->data<float>() + t->numel());
     };
     std::vector<float> h_all = timeMajorState(5, "initial_h");
     std::vector<float> c_all = lstm ? timeMajorState(6, "initial_c") : std::vector<float>();
     const Tensor* peep = lstm ? ctx.optionalInput(7) : nullptr;
-    if (peep) requireDims(ctx, *peep, {s.dirs, 3 * H}, "P");
+    if (peep) requireDims(ctx, *peep, {D, 3 * H}, "P");
     const float clip = ctx.attrs().has("clip") ? ctx.attrs().getFloat("clip", 0) : std::numeric_limits<float>::infinity();
     ctx.require(clip > 0, "clip must be positive");
     const bool input_forget = lstm && ctx.attrs().getInt("input_forget", 0) != 0;
     const bool linear_before_reset = gru && ctx.attrs().getInt("linear_before_reset", 0) != 0;
-    const std::vector<Activation> acts = parseActivations(ctx, lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"} : gru ? std::vector<std::string>{"Sigmoid", "Tanh"} : std::vector<std::string>{"Tanh"},
-                                                          lstm ? 3 : gru ? 2 : 1, static_cast<size_t>(s.dirs));
-    tensorBytes(DType::F32, {S, s.dirs, B, H}, ctx.node.describe() + " output Y");
+    const std::vector<std::string> default_acts = lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"} : gru ? std::vector<std::string>{"Sigmoid", "Tanh"} : std::vector<std::string>{"Tanh"};
+    const std::vector<Activation> acts = parseActivations(ctx, default_acts, per, static_cast<size_t>(D));
+    tensorBytes(DType::F32, {S, D, B, H}, ctx.node.describe() + " output Y");
     tensorBytes(DType::F32, {S, B, GH}, ctx.node.describe() + " input projection");
 
-    const std::vector<float> xs = batch_major ? swapLeadingAxes(x.data<float>(), B, S, s.input) : std::vector<float>(x.data<float>(), x.data<float>() + x.numel());
-    std::vector<float> y(static_cast<size_t>(S * s.dirs * B * H), 0.0f);
+    const std::vector<float> xs = batch_major ? swapLeadingAxes(x.data<float>(), B, S, I) : std::vector<float>(x.data<float>(), x.data<float>() + x.numel());
+    std::vector<float> y(static_cast<size_t>(S * D * B * H), 0.0f);
     std::vector<float> xw(static_cast<size_t>(S * B * GH)), hr(static_cast<size_t>(B * GH)), rh(static_cast<size_t>(B * H)), hr_bias(static_cast<size_t>(GH));
     auto clipped = [clip](float v) { return std::clamp(v, -clip, clip); };
-    for (int64_t d = 0; d < s.dirs; ++d) {
+    for (int64_t d = 0; d < D; ++d) {
         const bool reverse = direction == "reverse" || d == 1;
-        const Activation f = acts[static_cast<size_t>(d * (lstm ? 3 : gru ? 2 : 1))];
-        const Activation g = lstm || gru ? acts[static_cast<size_t>(d * (lstm ? 3 : 2) + 1)] : f;
-        const Activation hact = lstm ? acts[static_cast<size_t>(d * 3 + 2)] : f;
-        const float* wd = w.data<float>() + d * GH * s.input;
+        const Activation* fn = &acts[static_cast<size_t>(d) * per];
+        const Activation f = fn[0], g = per > 1 ? fn[1] : f, hact = per > 2 ? fn[2] : f;
+        const float* wd = w.data<float>() + d * GH * I;
         const float* rd = r.data<float>() + d * GH * H;
         const float* wb = bias ? bias->data<float>() + d * 2 * GH : nullptr;
         const float* rb = wb ? wb + GH : nullptr;
@@ -168,7 +160,7 @@ std::vector<Tensor> recurrentKernel(const KernelContext& ctx, RecurrentGemm gemm
             }
         if (rb && linear_before_reset)
             for (int64_t j = 2 * H; j < GH; ++j) hr_bias[static_cast<size_t>(j)] = rb[j];
-        if (S * B > 0) gemm(S * B, GH, s.input, xs.data(), s.input, wd, s.input, xw.data(), GH);
+        if (S * B > 0) gemm(S * B, GH, I, xs.data(), I, wd, I, xw.data(), GH);
         float* h = h_all.data() + d * B * H;
         float* c = lstm ? c_all.data() + d * B * H : nullptr;
         const float* pi = peep ? peep->data<float>() + d * 3 * H : nullptr;
@@ -218,7 +210,7 @@ std::vector<Tensor> recurrentKernel(const KernelContext& ctx, RecurrentGemm gemm
                 } else {
                     for (int64_t j = 0; j < H; ++j) hb[j] = f(clipped(xr[j] + hrow[j]));
                 }
-                std::memcpy(&y[static_cast<size_t>(((t * s.dirs + d) * B + b) * H)], hb, static_cast<size_t>(H) * sizeof(float));
+                std::memcpy(&y[static_cast<size_t>(((t * D + d) * B + b) * H)], hb, static_cast<size_t>(H) * sizeof(float));
             }
         }
     }
@@ -230,9 +222,9 @@ std::vector<Tensor> recurrentKernel(const KernelContext& ctx, RecurrentGemm gemm
         outs.push_back(std::move(t));
     };
     // Time-major [S, dirs, B, H] is batch-major [B, S, dirs, H] with [S*dirs, B] swapped.
-    emit(y, S * s.dirs, B, H, {S, s.dirs, B, H}, {B, S, s.dirs, H});
-    emit(h_all, s.dirs, B, H, {s.dirs, B, H}, {B, s.dirs, H});
-    if (lstm) emit(c_all, s.dirs, B, H, {s.dirs, B, H}, {B, s.dirs, H});
+    emit(y, S * D, B, H, {S, D, B, H}, {B, S, D, H});
+    emit(h_all, D, B, H, {D, B, H}, {B, D, H});
+    if (lstm) emit(c_all, D, B, H, {D, B, H}, {B, D, H});
     return outs;
 }
 
