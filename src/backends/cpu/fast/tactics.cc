@@ -26,6 +26,7 @@ const std::vector<Tactic>& fastTactics() {
         addResizeTactics(t);
         addDeconvTactics(t);
         addRecurrentTactics(t);
+        addDataTactics(t);
         return t;
     }();
     return tactics;

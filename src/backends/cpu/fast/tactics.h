@@ -49,5 +49,6 @@ void addChannelBlockTactics(std::vector<Tactic>& t);
 void addResizeTactics(std::vector<Tactic>& t);
 void addDeconvTactics(std::vector<Tactic>& t);
 void addRecurrentTactics(std::vector<Tactic>& t);
+void addDataTactics(std::vector<Tactic>& t);
 
 }  // namespace kiln

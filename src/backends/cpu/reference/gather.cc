@@ -10,7 +10,8 @@ namespace {
 
 int64_t checkedIndex(int64_t idx, int64_t dim, const KernelContext& ctx) {
     int64_t i = idx < 0 ? idx + dim : idx;
-    ctx.require(i >= 0 && i < dim, "index " + std::to_string(idx) + " is out of range for a dimension of size " + std::to_string(dim));
+    // The message is built only on failure: this runs once per index.
+    ctx.require(i >= 0 && i < dim, [&] { return "index " + std::to_string(idx) + " is out of range for a dimension of size " + std::to_string(dim); });
     return i;
 }
 

@@ -179,4 +179,20 @@ SpatialPads resolvePads(const KernelContext& ctx, const Dims& in_spatial, const 
     return p;
 }
 
+Dims concatDims(const KernelContext& ctx, int64_t axis) {
+    const Tensor& first = ctx.input(0);
+    const int64_t rank = static_cast<int64_t>(first.rank());
+    Dims out_dims = first.dims();
+    out_dims[axis] = 0;
+    for (size_t i = 0; i < ctx.numInputs(); ++i) {
+        const Tensor& t = ctx.input(i);
+        ctx.require(t.dtype() == first.dtype() && t.rank() == first.rank(), [&] { return "input " + std::to_string(i) + " " + t.summary() + " does not match " + first.summary(); });
+        for (int64_t d = 0; d < rank; ++d)
+            ctx.require(d == axis || t.dims()[d] == first.dims()[d],
+                        [&] { return "input " + std::to_string(i) + " " + t.summary() + " does not match " + first.summary() + " outside axis " + std::to_string(axis); });
+        out_dims[axis] += t.dims()[axis];
+    }
+    return out_dims;
+}
+
 }  // namespace kiln

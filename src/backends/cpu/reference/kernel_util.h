@@ -10,6 +10,9 @@ namespace kiln {
 // Maps a possibly negative axis into [0, rank); fails naming the node when out of range.
 int64_t normalizeAxis(int64_t axis, int64_t rank, const KernelContext& ctx);
 
+// Concat's output dims along `axis` (normalized); fails naming the input that does not fit.
+Dims concatDims(const KernelContext& ctx, int64_t axis);
+
 // Slice along one axis of length `dim`: the first index read and the element count, with
 // start/end made non-negative and clamped as the ONNX Slice text says ([0, dim] for
 // positive steps; start to [0, dim-1] and end to [-1, dim-1] for negative ones).

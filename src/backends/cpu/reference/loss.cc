@@ -25,7 +25,7 @@ Tensor nllLoss(const KernelContext& ctx, const std::vector<double>& input, const
             const int64_t k = n * inner + i;
             const int64_t c = labels[k];
             if (has_ignore && c == ignore) continue;
-            ctx.require(c >= 0 && c < C, "target class " + std::to_string(c) + " is out of range [0, " + std::to_string(C) + ")");
+            ctx.require(c >= 0 && c < C, [&] { return "target class " + std::to_string(c) + " is out of range [0, " + std::to_string(C) + ")"; });
             const double w = weight ? weight->scalarAt(c) : 1.0;
             loss[k] = -input[(n * C + c) * inner + i] * w;
             weight_sum += w;

@@ -139,17 +139,8 @@ std::vector<Tensor> flatten(const KernelContext& ctx) {
 
 std::vector<Tensor> concat(const KernelContext& ctx) {
     const Tensor& first = ctx.input(0);
-    const int64_t rank = static_cast<int64_t>(first.rank());
-    const int64_t axis = normalizeAxis(ctx.attrs().getInt("axis"), rank, ctx);
-    Dims out_dims = first.dims();
-    out_dims[axis] = 0;
-    for (size_t i = 0; i < ctx.numInputs(); ++i) {
-        const Tensor& t = ctx.input(i);
-        ctx.require(t.dtype() == first.dtype() && t.rank() == first.rank(), "input " + std::to_string(i) + " " + t.summary() + " does not match " + first.summary());
-        for (int64_t d = 0; d < rank; ++d)
-            ctx.require(d == axis || t.dims()[d] == first.dims()[d], "input " + std::to_string(i) + " " + t.summary() + " does not match " + first.summary() + " outside axis " + std::to_string(axis));
-        out_dims[axis] += t.dims()[axis];
-    }
+    const int64_t axis = normalizeAxis(ctx.attrs().getInt("axis"), static_cast<int64_t>(first.rank()), ctx);
+    const Dims out_dims = concatDims(ctx, axis);
     Tensor out(first.dtype(), out_dims);
     int64_t outer = 1;
     for (int64_t d = 0; d < axis; ++d) outer *= out_dims[d];

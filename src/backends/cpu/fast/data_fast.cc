@@ -1,0 +1,110 @@
+// Fast data movement: Concat and Gather of any element type, written into the planned output
+// slot and shared among the threads. The reference kernels copy on one thread into a freshly
+// allocated (page-faulting) tensor: SqueezeNet's eight channel Concats at batch 32 took 69% of
+// its run that way, and a DLRM's 53 Gathers 83%.
+#include <algorithm>
+#include <cstring>
+
+#include "backends/cpu/fast/parallel_for.h"
+#include "backends/cpu/fast/tactics.h"
+#include "backends/cpu/reference/kernel_util.h"
+
+namespace kiln {
+
+namespace {
+
+// Below this many bytes in all, copies stay on the calling thread.
+constexpr int64_t kShareBytes = 256 * 1024;
+// Long rows are cut into pieces of this size, so that a few big rows still fill the team.
+constexpr int64_t kPieceBytes = 64 * 1024;
+
+// Copies `bytes` from src to dst: element-sized copies of 4 or 8 bytes as plain loads and
+// stores (Gather of one index per row moves one element at a time).
+inline void copyBytes(std::byte* dst, const std::byte* src, int64_t bytes) {
+    if (bytes == 4) std::memcpy(dst, src, 4);
+    else if (bytes == 8) std::memcpy(dst, src, 8);
+    else std::memcpy(dst, src, static_cast<size_t>(bytes));
+}
+
+std::vector<Tensor> fastConcat(const KernelContext& ctx) {
+    const Tensor& first = ctx.input(0);
+    const int64_t axis = normalizeAxis(ctx.attrs().getInt("axis"), static_cast<int64_t>(first.rank()), ctx);
+    const Dims out_dims = concatDims(ctx, axis);
+    Tensor out = ctx.output(0, first.dtype(), out_dims);
+    int64_t outer = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= out_dims[d];
+    if (outer == 0 || out.byteSize() == 0) return {out};
+    const int64_t out_row = static_cast<int64_t>(out.byteSize()) / outer;
+    // Row o of input i lands at column col[i] of output row o; each (row, input) pair is cut
+    // into pieces of at most kPieceBytes, and the pieces are the parallel items.
+    struct Part {
+        const std::byte* src;
+        int64_t row, col, pieces;
+    };
+    std::vector<Part> parts;
+    int64_t col = 0, pieces_per_row = 0;
+    for (size_t i = 0; i < ctx.numInputs(); ++i) {
+        const Tensor& t = ctx.input(i);
+        const int64_t row = static_cast<int64_t>(t.byteSize()) / outer;
+        if (row == 0) continue;
+        const int64_t pieces = (row + kPieceBytes - 1) / kPieceBytes;
+        parts.push_back({t.raw(), row, col, pieces});
+        col += row;
+        pieces_per_row += pieces;
+    }
+    std::byte* dst = out.raw();
+    // Item k: output row k / pieces_per_row, and piece k % pieces_per_row of that row.
+    parallelFor(outer * pieces_per_row, static_cast<int64_t>(out.byteSize()) > kShareBytes, [&](int64_t k) {
+        const int64_t o = k / pieces_per_row;
+        int64_t piece = k % pieces_per_row;
+        size_t p = 0;
+        while (piece >= parts[p].pieces) piece -= parts[p++].pieces;
+        const Part& part = parts[p];
+        const int64_t begin = piece * kPieceBytes, len = std::min(kPieceBytes, part.row - begin);
+        copyBytes(dst + o * out_row + part.col + begin, part.src + o * part.row + begin, len);
+    });
+    return {out};
+}
+
+std::vector<Tensor> fastGather(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Tensor& ind = ctx.input(1);
+    const int64_t axis = normalizeAxis(ctx.attrs().getInt("axis", 0), static_cast<int64_t>(x.rank()), ctx);
+    const int64_t len = x.dims()[axis];
+    std::vector<int64_t> indices = ind.toInt64Vector();
+    for (auto& idx : indices) {  // checked and made non-negative once, before the copies
+        const int64_t i = idx < 0 ? idx + len : idx;
+        ctx.require(i >= 0 && i < len, [&] { return "index " + std::to_string(idx) + " is out of range for a dimension of size " + std::to_string(len); });
+        idx = i;
+    }
+    Dims out_dims(x.dims().begin(), x.dims().begin() + axis);
+    out_dims.insert(out_dims.end(), ind.dims().begin(), ind.dims().end());
+    out_dims.insert(out_dims.end(), x.dims().begin() + axis + 1, x.dims().end());
+    Tensor out = ctx.output(0, x.dtype(), out_dims);
+    int64_t outer = 1, inner = static_cast<int64_t>(dtypeSize(x.dtype()));
+    for (int64_t d = 0; d < axis; ++d) outer *= x.dims()[d];
+    for (size_t d = static_cast<size_t>(axis) + 1; d < x.rank(); ++d) inner *= x.dims()[d];
+    const int64_t n = static_cast<int64_t>(indices.size()), rows = outer * n;
+    if (rows == 0 || inner == 0) return {out};
+    const std::byte* src = x.raw();
+    std::byte* dst = out.raw();
+    // Rows in chunks of about kPieceBytes of output, so that one-element rows are not one
+    // parallel item each.
+    const int64_t per_chunk = std::max<int64_t>(1, kPieceBytes / inner), chunks = (rows + per_chunk - 1) / per_chunk;
+    parallelFor(chunks, rows * inner > kShareBytes, [&](int64_t c) {
+        for (int64_t r = c * per_chunk, end = std::min(rows, r + per_chunk); r < end; ++r) {
+            const int64_t o = r / n, j = r % n;
+            copyBytes(dst + r * inner, src + (o * len + indices[static_cast<size_t>(j)]) * inner, inner);
+        }
+    });
+    return {out};
+}
+
+}  // namespace
+
+void addDataTactics(std::vector<Tactic>& t) {
+    t.push_back({"fast", "data", {"Concat"}, supportsAnyNode, fastConcat});
+    t.push_back({"fast", "data", {"Gather"}, supportsAnyNode, fastGather});
+}
+
+}  // namespace kiln
