@@ -1,9 +1,12 @@
-// The fast data-movement tactics (Concat, Gather) against element-by-element expectations
+// The fast data-movement tactics (Concat, Gather, Slice) and reductions against element-by-element expectations
 // computed here from coordinates, on one thread and on two (their copies are cut into
 // pieces shared among threads, so piece boundaries are exercised with rows over 64 KiB).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
+
+#include "backends/cpu/reference/kernel_util.h"
 
 #include "fast_tactic_case.h"
 
@@ -134,6 +137,98 @@ TEST_P(FastData, GatherOfOneColumnAndBadIndices) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("index 26 is out of range"), std::string::npos) << e.what();
     }
+}
+
+Tensor int64s(const std::vector<int64_t>& v) {
+    Tensor t(DType::I64, {static_cast<int64_t>(v.size())});
+    std::copy(v.begin(), v.end(), t.data<int64_t>());
+    return t;
+}
+
+TEST_P(FastData, SliceTakesEveryStepAndRange) {
+    std::mt19937 rng(3);
+    const Tensor x = randomTensor({3, 40, 30, 50}, rng);  // 6 KB rows along axis 3, 240 KB per slab
+    struct Sel {
+        std::vector<int64_t> starts, ends, axes, steps;
+    };
+    const std::vector<Sel> sels = {
+        {{0}, {20}, {1}, {1}},                     // a channel half (ShuffleNet's split): one run per batch
+        {{20}, {INT64_MAX}, {1}, {1}},             // the other half, end clamped
+        {{1, 2}, {3, 28}, {0, 2}, {1, 1}},         // two axes with step 1
+        {{0, 1}, {30, 50}, {2, 3}, {2, 2}},        // YOLO's space-to-depth slices: step 2 on the last axes
+        {{-1}, {-41}, {1}, {-3}},                  // a negative step
+        {{5, 0}, {5, 0}, {1, 0}, {1, 1}},          // empty
+    };
+    for (const auto& sel : sels) {
+        const Tensor starts = int64s(sel.starts), ends = int64s(sel.ends), axes = int64s(sel.axes), steps = int64s(sel.steps);
+        const Node n = node("Slice");
+        const KernelContext ctx{n, {&x, &starts, &ends, &axes, &steps}, 17, nullptr};
+        const auto out = fastKernel("Slice")(ctx);
+        // Expected: along each sliced axis, element i of the output is input element
+        // first + i * step (first and count as the ONNX text defines them).
+        Dims first(4, 0), step(4, 1), dims = x.dims();
+        for (size_t i = 0; i < sel.axes.size(); ++i) {
+            const auto r = sliceRange(sel.starts[i], sel.ends[i], sel.steps[i], x.dims()[sel.axes[i]]);
+            first[sel.axes[i]] = r.first, step[sel.axes[i]] = sel.steps[i], dims[sel.axes[i]] = r.count;
+        }
+        ASSERT_EQ(out[0].dims(), dims);
+        for (int64_t i = 0; i < out[0].numel(); ++i) {
+            Dims idx = unravel(i, dims);
+            for (size_t d = 0; d < 4; ++d) idx[d] = first[d] + idx[d] * step[d];
+            ASSERT_EQ(out[0].data<float>()[i], x.data<float>()[ravel(idx, x.dims())]) << "element " << i;
+        }
+    }
+}
+
+TEST_P(FastData, ReductionsMatchDoublePrecision) {
+    std::mt19937 rng(21);
+    const Tensor x = randomTensor({4, 6, 70, 9}, rng, -2.0f, 3.0f);
+    const std::vector<std::vector<int64_t>> axis_sets = {{3}, {2, 3}, {1}, {1, 2}, {0}, {}, {-1, -2, -3}};
+    for (const std::string op : {"ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceMax", "ReduceMin"})
+        for (const auto& axes : axis_sets)
+            for (int64_t keep : {0, 1}) {
+                Node n = node(op);
+                n.attrs.set("keepdims", keep);
+                const Tensor axes_t = int64s(axes);
+                const KernelContext ctx{n, {&x, axes.empty() ? nullptr : &axes_t}, 18, nullptr};
+                const auto out = fastKernel(op)(ctx);
+                std::vector<bool> reduced(4, axes.empty());
+                for (int64_t a : axes) reduced[a < 0 ? a + 4 : a] = true;
+                Dims kept = x.dims(), want_dims;
+                for (size_t d = 0; d < 4; ++d) {
+                    if (reduced[d]) kept[d] = 1;
+                    if (!reduced[d] || keep) want_dims.push_back(kept[d]);
+                }
+                ASSERT_EQ(out[0].dims(), want_dims) << op;
+                // Each output element from its own walk over the input, in double.
+                std::vector<double> acc(static_cast<size_t>(numElements(kept)), op == "ReduceMax" ? -1e300 : op == "ReduceMin" ? 1e300 : 0.0);
+                std::vector<int64_t> count(acc.size(), 0);
+                for (int64_t i = 0; i < x.numel(); ++i) {
+                    Dims idx = unravel(i, x.dims());
+                    for (size_t d = 0; d < 4; ++d)
+                        if (reduced[d]) idx[d] = 0;
+                    const size_t g = static_cast<size_t>(ravel(idx, kept));
+                    const double v = x.data<float>()[i];
+                    acc[g] = op == "ReduceMax" ? std::max(acc[g], v) : op == "ReduceMin" ? std::min(acc[g], v) : acc[g] + (op == "ReduceSumSquare" ? v * v : v);
+                    ++count[g];
+                }
+                for (size_t g = 0; g < acc.size(); ++g) {
+                    const double want = op == "ReduceMean" ? acc[g] / static_cast<double>(count[g]) : acc[g];
+                    ASSERT_NEAR(out[0].data<float>()[g], want, 1e-5 * std::max(1.0, std::fabs(want))) << op << " output " << g;
+                }
+            }
+}
+
+TEST_P(FastData, ReduceMaxKeepsNaN) {
+    Tensor x(DType::F32, {2, 5});
+    for (int64_t i = 0; i < 10; ++i) x.data<float>()[i] = static_cast<float>(i);
+    x.data<float>()[2] = NAN;
+    Node n = node("ReduceMax");
+    n.attrs.set("keepdims", int64_t{0});
+    const Tensor axes = int64s({1});
+    const auto out = fastKernel("ReduceMax")(KernelContext{n, {&x, &axes}, 18, nullptr});
+    EXPECT_TRUE(std::isnan(out[0].data<float>()[0]));
+    EXPECT_EQ(out[0].data<float>()[1], 9.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, FastData, ::testing::Values(1, 2));

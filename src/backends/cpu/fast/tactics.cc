@@ -27,6 +27,7 @@ const std::vector<Tactic>& fastTactics() {
         addDeconvTactics(t);
         addRecurrentTactics(t);
         addDataTactics(t);
+        addReduceTactics(t);
         return t;
     }();
     return tactics;

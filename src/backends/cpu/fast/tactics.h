@@ -50,5 +50,6 @@ void addResizeTactics(std::vector<Tactic>& t);
 void addDeconvTactics(std::vector<Tactic>& t);
 void addRecurrentTactics(std::vector<Tactic>& t);
 void addDataTactics(std::vector<Tactic>& t);
+void addReduceTactics(std::vector<Tactic>& t);
 
 }  // namespace kiln

@@ -195,4 +195,35 @@ Dims concatDims(const KernelContext& ctx, int64_t axis) {
     return out_dims;
 }
 
+SlicePlan slicePlan(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const int64_t rank = static_cast<int64_t>(x.rank());
+    std::vector<int64_t> starts, ends, axes, steps;
+    if (ctx.opset < 10) {
+        starts = ctx.attrs().getInts("starts");
+        ends = ctx.attrs().getInts("ends");
+        axes = ctx.attrs().getInts("axes");
+    } else {
+        starts = ctx.input(1).toInt64Vector();
+        ends = ctx.input(2).toInt64Vector();
+        if (ctx.hasInput(3)) axes = ctx.input(3).toInt64Vector();
+        if (ctx.hasInput(4)) steps = ctx.input(4).toInt64Vector();
+    }
+    if (axes.empty())
+        for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    if (steps.empty()) steps.assign(starts.size(), 1);
+    ctx.require(ends.size() == starts.size() && axes.size() == starts.size() && steps.size() == starts.size(), "starts/ends/axes/steps lengths differ");
+    SlicePlan plan{Dims(rank, 0), Dims(rank, 1), x.dims()};
+    for (size_t i = 0; i < starts.size(); ++i) {
+        const int64_t a = normalizeAxis(axes[i], rank, ctx);
+        const int64_t s = steps[i];
+        ctx.require(s != 0, "slice step cannot be 0");
+        const SliceRange r = sliceRange(starts[i], ends[i], s, x.dims()[a]);
+        plan.out_dims[a] = r.count;
+        plan.begin[a] = r.first;
+        plan.step[a] = s;
+    }
+    return plan;
+}
+
 }  // namespace kiln

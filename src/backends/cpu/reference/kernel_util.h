@@ -21,6 +21,13 @@ struct SliceRange {
 };
 SliceRange sliceRange(int64_t start, int64_t end, int64_t step, int64_t dim);
 
+// A Slice node's selection of its input 0: per dim, the first index read, the step, and the
+// output extent (from the attributes before opset 10, the inputs from then on).
+struct SlicePlan {
+    Dims begin, step, out_dims;
+};
+SlicePlan slicePlan(const KernelContext& ctx);
+
 // For each element of `out_dims` (row-major), the offset of the element of a tensor with
 // dims `in_dims` that broadcasting maps to it.
 std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims);

@@ -195,32 +195,8 @@ std::vector<Tensor> split(const KernelContext& ctx) {
 std::vector<Tensor> slice(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const int64_t rank = static_cast<int64_t>(x.rank());
-    std::vector<int64_t> starts, ends, axes, steps;
-    if (ctx.opset < 10) {
-        starts = ctx.attrs().getInts("starts");
-        ends = ctx.attrs().getInts("ends");
-        axes = ctx.attrs().getInts("axes");
-    } else {
-        starts = ctx.input(1).toInt64Vector();
-        ends = ctx.input(2).toInt64Vector();
-        if (ctx.hasInput(3)) axes = ctx.input(3).toInt64Vector();
-        if (ctx.hasInput(4)) steps = ctx.input(4).toInt64Vector();
-    }
-    if (axes.empty())
-        for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
-    if (steps.empty()) steps.assign(starts.size(), 1);
-    ctx.require(ends.size() == starts.size() && axes.size() == starts.size() && steps.size() == starts.size(), "starts/ends/axes/steps lengths differ");
-    Dims begin(rank, 0), step(rank, 1), out_dims = x.dims();
-    for (size_t i = 0; i < starts.size(); ++i) {
-        const int64_t a = normalizeAxis(axes[i], rank, ctx);
-        const int64_t dim = x.dims()[a];
-        const int64_t s = steps[i];
-        ctx.require(s != 0, "slice step cannot be 0");
-        const SliceRange r = sliceRange(starts[i], ends[i], s, dim);
-        out_dims[a] = r.count;
-        begin[a] = r.first;
-        step[a] = s;
-    }
+    const SlicePlan plan = slicePlan(ctx);
+    const Dims &begin = plan.begin, &step = plan.step, &out_dims = plan.out_dims;
     Tensor out(x.dtype(), out_dims);
     const Dims in_strides = stridesOf(x.dims());
     const size_t es = dtypeSize(x.dtype());
