@@ -66,6 +66,8 @@ TEST(FastBackend, BinaryBroadcastsMatchReference) {
         {{2, 3, 4, 5}, {2, 3, 4, 5}}, {{2, 3, 4, 5}, {3, 1, 1}}, {{2, 3, 4, 5}, {1}},    {{2, 3, 4, 5}, {5}},
         {{2, 3, 4, 5}, {2, 1, 4, 1}}, {{3, 1, 1}, {2, 3, 4, 5}}, {{1, 3, 1, 5}, {2, 1, 4, 1}}, {{1, 4, 7, 7, 16}, {1, 4, 1, 1, 16}},
         {{1, 64, 40, 40}, {1, 64, 1, 1}}, {{}, {3, 2}},
+        // Blocked per-channel operands over rows of 200 runs (tiles of runs, a partial one last).
+        {{2, 3, 20, 10, 8}, {1, 3, 1, 1, 8}}, {{1, 3, 1, 1, 8}, {2, 3, 20, 10, 8}},
     };
     for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"})
         for (const auto& [a, b] : shapes) {
@@ -79,10 +81,10 @@ TEST(FastBackend, BinaryBroadcastsMatchReference) {
 // shift on NCHW and on a blocked layout, a scalar, a trailing vector, and a large input.
 TEST(FastBackend, ChainBroadcastOperandsMatchReference) {
     std::mt19937 rng(13);
-    for (const Dims& x : {Dims{2, 16, 9, 9}, Dims{1, 4, 7, 7, 16}, Dims{1, 96, 30, 30}}) {
+    for (const Dims& x : {Dims{2, 16, 9, 9}, Dims{1, 4, 7, 7, 16}, Dims{1, 96, 30, 30}, Dims{2, 3, 20, 10, 8}}) {
         const bool blocked = x.size() == 5;
-        const Dims channel = blocked ? Dims{1, 4, 1, 1, 16} : Dims{x[1], 1, 1};
-        const Dims batch_channel = blocked ? Dims{1, 4, 1, 1, 16} : Dims{x[0], x[1], 1, 1};
+        const Dims channel = blocked ? Dims{1, x[1], 1, 1, x[4]} : Dims{x[1], 1, 1};
+        const Dims batch_channel = blocked ? Dims{1, x[1], 1, 1, x[4]} : Dims{x[0], x[1], 1, 1};
         Case c{node("ElementwiseChain", "kiln"),
                {randomTensor(x, rng, -2, 2), randomTensor(channel, rng, 0.5, 2), randomTensor({1}, rng, 0.5, 2), randomTensor(batch_channel, rng, -1, 1),
                 randomTensor({x.back()}, rng, -1, 1)}};
@@ -100,6 +102,15 @@ TEST(FastBackend, ChainBroadcastOperandsMatchReference) {
     scale.node.attrs.set("swapped", std::vector<int64_t>{0, 0});
     scale.node.attrs.set("params", std::vector<float>(4, 0.0f));
     expectTacticMatchesReference(scale, "fast");
+    // DenseNet's pre-activation on a blocked map with a residual beside it: periodic,
+    // contiguous and one-value operands in one tile.
+    Case pre{node("ElementwiseChain", "kiln"),
+             {randomTensor({2, 3, 20, 10, 8}, rng), randomTensor({1, 3, 1, 1, 8}, rng), randomTensor({2, 3, 20, 10, 8}, rng), randomTensor({1}, rng)}};
+    pre.node.attrs.set("ops", std::vector<std::string>{"Mul", "Add", "Relu", "Sub", "Max"});
+    pre.node.attrs.set("operand", std::vector<int64_t>{1, 2, -1, 1, 3});
+    pre.node.attrs.set("swapped", std::vector<int64_t>{0, 0, 0, 1, 0});
+    pre.node.attrs.set("params", std::vector<float>(10, 0.0f));
+    expectTacticMatchesReference(pre, "fast");
 }
 
 // The vectorized softmax row against softmax computed in double: lengths around the

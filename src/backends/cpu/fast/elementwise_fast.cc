@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/fast/epilogue.h"
 #include "backends/cpu/fast/parallel_for.h"
@@ -57,6 +58,36 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void chainBinary(fl
     }
 }
 
+// v[r * len + j] = v[r * len + j] op o[j] for `runs` runs of `len`: one operand run applied to
+// many (a blocked per-channel constant over a channel block's pixels), in one loop nest
+// rather than one call per run of 8 or 16 values.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void chainPeriodic(float* v, int64_t runs, int64_t len, const float* o, BinOp op, bool swapped) {
+    auto apply = [&](auto f) {
+        auto rows = [&](auto run_len) {
+            const int64_t l = run_len;
+            for (int64_t r = 0; r < runs; ++r) {
+                float* w = v + r * l;
+                if (swapped)
+                    for (int64_t j = 0; j < l; ++j) w[j] = f(o[j], w[j]);
+                else
+                    for (int64_t j = 0; j < l; ++j) w[j] = f(w[j], o[j]);
+            }
+        };
+        if (len == 16) rows(std::integral_constant<int64_t, 16>{});
+        else if (len == 8) rows(std::integral_constant<int64_t, 8>{});
+        else rows(len);
+    };
+    switch (op) {
+        case BinOp::Add: return apply([](float l, float r) { return l + r; });
+        case BinOp::Sub: return apply([](float l, float r) { return l - r; });
+        case BinOp::Mul: return apply([](float l, float r) { return l * r; });
+        case BinOp::Div: return apply([](float l, float r) { return l / r; });
+        case BinOp::Pow: return apply([](float l, float r) { return std::pow(l, r); });
+        case BinOp::Max: return apply([](float l, float r) { return std::max(l, r); });
+        case BinOp::Min: return apply([](float l, float r) { return std::min(l, r); });
+    }
+}
+
 constexpr int64_t kBlock = 1024;  // elements per step: stays in L1 across a chain's steps
 
 // Runs body(run, offsets, begin, len) over the broadcast runs in pieces of at most kBlock
@@ -80,6 +111,50 @@ void forEachPiece(const BroadcastRuns& p, Body&& body) {
     });
 }
 
+// How an input spans a tile of consecutive runs: contiguous across them, the same run
+// repeated (periodic), or one value repeated.
+enum class Span { Contiguous, Periodic, Repeated };
+
+// The inputs' spans when short runs can go in tiles (each input contiguous across a row's
+// runs or repeating one run); empty when some input does neither.
+std::vector<Span> tileSpans(const BroadcastRuns& p, size_t inputs) {
+    std::vector<Span> spans;
+    for (size_t k = 0; k < inputs; ++k) {
+        const int64_t stride = p.runStride(k), step = p.step(k);
+        if (stride == 0) spans.push_back(step ? Span::Periodic : Span::Repeated);
+        else if (step == 1 && stride == p.length()) spans.push_back(Span::Contiguous);
+        else return {};
+    }
+    return spans;
+}
+
+// Runs body(first_run, offsets, runs) over tiles of up to kBlock elements, each a stretch of
+// consecutive runs within one row of the last outer dim (where tileSpans holds).
+template <typename Body>
+void forEachTile(const BroadcastRuns& p, Body&& body) {
+    const int64_t len = std::max<int64_t>(p.length(), 1), row = p.rowRuns();
+    const int64_t per_tile = std::max<int64_t>(1, kBlock / len), tiles_per_row = (row + per_tile - 1) / per_tile;
+    const int64_t rows = p.runs() / row;
+    parallelFor(rows * tiles_per_row, p.runs() * len > 32768, [&](int64_t item) {
+        const int64_t in_row = (item % tiles_per_row) * per_tile, first = (item / tiles_per_row) * row + in_row;
+        p.forRuns(first, 1, [&](int64_t, const int64_t* offsets) { body(first, offsets, std::min(per_tile, row - in_row)); });
+    });
+}
+
+// v[0, runs * len) = a tile of an input, as its span says.
+inline void loadTile(float* v, const float* src, Span span, int64_t runs, int64_t len) {
+    if (span == Span::Contiguous) std::memcpy(v, src, static_cast<size_t>(runs * len) * sizeof(float));
+    else if (span == Span::Repeated) std::fill(v, v + runs * len, src[0]);
+    else
+        for (int64_t r = 0; r < runs; ++r) std::memcpy(v + r * len, src, static_cast<size_t>(len) * sizeof(float));
+}
+
+// v op= a tile of an operand.
+inline void applyTile(float* v, const float* o, Span span, int64_t runs, int64_t len, BinOp op, bool swapped) {
+    if (span == Span::Periodic) chainPeriodic(v, runs, len, o, op, swapped);
+    else chainBinary(v, runs * len, o, span == Span::Repeated, op, swapped);
+}
+
 // v[0, len) = a run of the first operand: contiguous (step 1) or one repeated value (step 0).
 inline void loadRun(float* v, const float* src, int64_t step, int64_t len) {
     if (step)
@@ -99,7 +174,15 @@ std::vector<Tensor> fastBinary(const KernelContext& ctx) {
     Tensor y = ctx.output(0, DType::F32, out);
     const float *pa = a.data<float>(), *pb = b.data<float>();
     float* py = y.data<float>();
-    const int64_t sa = runs.step(0), sb = runs.step(1);
+    const int64_t sa = runs.step(0), sb = runs.step(1), len = runs.length();
+    if (const auto spans = tileSpans(runs, 2); len < kBlock && !spans.empty()) {
+        forEachTile(runs, [&](int64_t first, const int64_t* offsets, int64_t count) {
+            float* v = py + first * len;
+            loadTile(v, pa + offsets[0], spans[0], count, len);
+            applyTile(v, pb + offsets[1], spans[1], count, len, op, false);
+        });
+        return {y};
+    }
     forEachPiece(runs, [&](int64_t run, const int64_t* offsets, int64_t begin, int64_t len) {
         float* v = py + run * runs.length() + begin;
         loadRun(v, pa + offsets[0] + begin * sa, sa, len);
@@ -153,7 +236,18 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
     Tensor y = ctx.output(0, DType::F32, out);
     const float* px = x.data<float>();
     float* py = y.data<float>();
-    const int64_t sx = runs.step(0);
+    const int64_t sx = runs.step(0), len = runs.length();
+    if (const auto spans = tileSpans(runs, ctx.numInputs()); len < kBlock && !spans.empty()) {
+        forEachTile(runs, [&](int64_t first, const int64_t* offsets, int64_t count) {
+            float* v = py + first * len;
+            loadTile(v, px + offsets[0], spans[0], count, len);
+            for (const Step& st : steps) {
+                if (st.unary) applyEpilogueSerial(v, 1, count * len, nullptr, false, nullptr, st.act);
+                else applyTile(v, ctx.input(st.input).data<float>() + offsets[st.input], spans[st.input], count, len, st.op, st.swapped);
+            }
+        });
+        return {y};
+    }
     // Step by step over pieces that stay in L1, each step one vectorizable loop (an
     // interpreter per element ran BERT's 32K-element embedding sum at 10 ns an element).
     forEachPiece(runs, [&](int64_t run, const int64_t* offsets, int64_t begin, int64_t len) {

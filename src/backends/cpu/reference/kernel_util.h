@@ -46,6 +46,11 @@ public:
     int64_t step(size_t k) const { return steps_[k]; }
     // Input k's offset at the start of a run (random access, for runs shared among threads).
     int64_t offset(size_t k, int64_t run) const;
+    // Consecutive runs within one index of the last outer dim (rowRuns() of them) step input
+    // k's offset by runStride(k): 0 where the input repeats (a blocked per-channel constant),
+    // length() where it is contiguous across them.
+    int64_t rowRuns() const { return outer_.empty() ? 1 : outer_.back(); }
+    int64_t runStride(size_t k) const { return outer_.empty() ? 0 : strides_[k].back(); }
     template <typename F>
     void forEach(F&& fn) const {
         forRuns(0, runs(), [&](int64_t r, const int64_t* offsets) { fn(r * length_, offsets); });
