@@ -231,6 +231,45 @@ TEST_P(FastData, ReduceMaxKeepsNaN) {
     EXPECT_EQ(out[0].data<float>()[1], 9.0f);
 }
 
+TEST_P(FastData, PadPlacesTheInputAndFillsTheBorder) {
+    std::mt19937 rng(4);
+    const Tensor x = randomTensor({2, 3, 60, 70}, rng);  // 280-byte rows, 50 KB per slab
+    struct P {
+        std::vector<int64_t> pads;
+        float value;
+    };
+    const std::vector<P> cases = {
+        {{0, 0, 1, 2, 0, 0, 3, 1}, 0.0f},   // a conv's spatial padding
+        {{0, 0, 0, 0, 0, 0, 0, 0}, 0.0f},   // Swin's window padding where none is needed
+        {{1, 0, 0, 0, 0, 2, 0, 0}, 1.5f},   // outer axes, a non-zero value
+        {{0, 0, 0, -1, 0, 0, 0, -2}, 0.0f}, // cropping: the reference's
+    };
+    for (const auto& c : cases) {
+        const Tensor pads = int64s(c.pads);
+        Tensor value(DType::F32, {});
+        value.data<float>()[0] = c.value;
+        const Node n = node("Pad");
+        const auto out = fastKernel("Pad")(KernelContext{n, {&x, &pads, &value}, 18, nullptr});
+        Dims dims(4);
+        for (size_t d = 0; d < 4; ++d) dims[d] = x.dims()[d] + c.pads[d] + c.pads[d + 4];
+        ASSERT_EQ(out[0].dims(), dims);
+        for (int64_t i = 0; i < out[0].numel(); ++i) {
+            Dims idx = unravel(i, dims);
+            bool inside = true;
+            for (size_t d = 0; d < 4; ++d) {
+                idx[d] -= c.pads[d];
+                inside &= idx[d] >= 0 && idx[d] < x.dims()[d];
+            }
+            ASSERT_EQ(out[0].data<float>()[i], inside ? x.data<float>()[ravel(idx, x.dims())] : c.value) << "element " << i;
+        }
+    }
+    // int64 with zero padding on the last axis.
+    const Tensor ids = iotaInt64({2, 3}, 1), pads = int64s({0, 1, 0, 2});
+    const auto out = fastKernel("Pad")(KernelContext{node("Pad"), {&ids, &pads}, 18, nullptr});
+    const std::vector<int64_t> want = {0, 7, 14, 21, 0, 0, 0, 28, 35, 42, 0, 0};
+    EXPECT_EQ(std::vector<int64_t>(out[0].span<int64_t>().begin(), out[0].span<int64_t>().end()), want);
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, FastData, ::testing::Values(1, 2));
 
 }  // namespace

@@ -28,6 +28,15 @@ struct SlicePlan {
 };
 SlicePlan slicePlan(const KernelContext& ctx);
 
+// A Pad node's padding of its input 0 per dim (negative pads crop), checked: the output
+// dims, the mode ("constant", "reflect", "edge" or "wrap") and the constant value.
+struct PadPlan {
+    Dims begin, end, out_dims;
+    std::string mode;
+    double value = 0;
+};
+PadPlan padPlan(const KernelContext& ctx);
+
 // For each element of `out_dims` (row-major), the offset of the element of a tensor with
 // dims `in_dims` that broadcasting maps to it.
 std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims);

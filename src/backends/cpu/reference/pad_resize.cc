@@ -16,35 +16,10 @@ namespace {
 std::vector<Tensor> pad(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const int64_t rank = static_cast<int64_t>(x.rank());
-    std::vector<int64_t> pads;
-    std::string mode = ctx.attrs().getString("mode", "constant");
-    double value = 0;
-    std::vector<int64_t> axes;
-    if (ctx.opset < 11) {
-        pads = ctx.attrs().getInts("pads");
-        value = ctx.attrs().getFloat("value", 0.0f);
-    } else {
-        pads = ctx.input(1).toInt64Vector();
-        if (const Tensor* v = ctx.optionalInput(2); v && v->numel() > 0) value = v->scalarAt(0);
-        if (ctx.hasInput(3)) axes = ctx.input(3).toInt64Vector();
-    }
-    if (axes.empty())
-        for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
-    ctx.require(pads.size() == 2 * axes.size(), "pads must have 2 values per padded axis");
-    Dims begin(rank, 0), end(rank, 0);
-    for (size_t i = 0; i < axes.size(); ++i) {
-        int64_t a = normalizeAxis(axes[i], rank, ctx);
-        begin[a] = pads[i];
-        end[a] = pads[i + axes.size()];
-    }
-    Dims out_dims(rank);
-    for (int64_t d = 0; d < rank; ++d) {
-        out_dims[d] = x.dims()[d] + begin[d] + end[d];
-        ctx.require(out_dims[d] >= 0, "pads shrink axis " + std::to_string(d) + " below zero");
-        ctx.require(mode != "reflect" || x.dims()[d] > std::max(begin[d], end[d]) || (begin[d] <= 0 && end[d] <= 0),
-                    "reflect padding must be smaller than the axis");
-    }
-    ctx.require(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap", "unsupported pad mode '" + mode + "'");
+    const PadPlan plan = padPlan(ctx);
+    const Dims &begin = plan.begin, &out_dims = plan.out_dims;
+    const std::string& mode = plan.mode;
+    const double value = plan.value;
     const Dims xs = stridesOf(x.dims());
     return {dispatchDType(x.dtype(), ctx.node.describe(), [&](auto tag) {
         using T = typename decltype(tag)::type;
