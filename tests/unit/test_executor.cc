@@ -206,3 +206,22 @@ TEST(Executor, NonMaxSuppressionTakesInt64MaxAsNoLimit) {
         EXPECT_EQ(out[0].toInt64Vector(), want) << "limit " << limit;
     }
 }
+
+// Empty tensors keep their other dims: a detector with no boxes left flattens [0, 1, 4] to
+// [0, 4] (a Split along axis 1 follows), and normalizations over an empty batch run.
+TEST(Executor, EmptyTensorsKeepTheirOtherDims) {
+    Node flat{"f", "Flatten", "", {}, {"y"}, {}};
+    const Tensor boxes(DType::F32, {0, 1, 4});
+    for (int64_t axis : {1, 2}) {
+        flat.attrs.set("axis", axis);
+        const auto out = referenceKernels().find("Flatten")(KernelContext{flat, {&boxes}, 17, nullptr});
+        EXPECT_EQ(out[0].dims(), (Dims{0, 4})) << "axis " << axis;  // [0] x [1, 4] and [0, 1] x [4]
+    }
+    flat.attrs.set("axis", int64_t{0});
+    EXPECT_EQ(referenceKernels().find("Flatten")(KernelContext{flat, {&boxes}, 17, nullptr})[0].dims(), (Dims{1, 0}));
+    const Tensor x(DType::F32, {0, 3, 2, 2}), c = Tensor::fromVector<float>({3}, {1, 2, 3});
+    Node bn{"bn", "BatchNormalization", "", {}, {"y"}, {}};
+    EXPECT_EQ(referenceKernels().find("BatchNormalization")(KernelContext{bn, {&x, &c, &c, &c, &c}, 17, nullptr})[0].dims(), x.dims());
+    Node in{"in", "InstanceNormalization", "", {}, {"y"}, {}};
+    EXPECT_EQ(referenceKernels().find("InstanceNormalization")(KernelContext{in, {&x, &c, &c}, 17, nullptr})[0].dims(), x.dims());
+}

@@ -57,9 +57,9 @@ std::vector<DeviceTensor> flatten(OpContext& ctx) {
     int64_t axis = ctx.attrs().getInt("axis", 1);
     if (axis < 0) axis += rank;
     ctx.require(axis >= 0 && axis <= rank, "axis out of range");
-    int64_t outer = 1;
-    for (int64_t d = 0; d < axis; ++d) outer *= x.dims[d];
-    return {ctx.view(0, 0, Dims{outer, outer ? x.numel() / outer : 0})};
+    int64_t outer = 1, inner = 1;  // both from the dims: [0, 1, 4] flattens to [0, 4]
+    for (int64_t d = 0; d < rank; ++d) (d < axis ? outer : inner) *= x.dims[d];
+    return {ctx.view(0, 0, Dims{outer, inner})};
 }
 
 std::vector<int64_t> axesOf(OpContext& ctx) {

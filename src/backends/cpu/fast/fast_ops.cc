@@ -364,7 +364,7 @@ std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
     for (size_t d = 0; d + 2 < rank; ++d) swap_last_two = swap_last_two && perm[d] == static_cast<int64_t>(d);
     if (swap_last_two) {  // a batch of R x C matrices: 32 x 32 tiles, each read and written through the cache
         constexpr int64_t kTile = 32;
-        const int64_t R = dims[rank - 2], C = dims[rank - 1], batch = x.numel() / (R * C);
+        const int64_t R = dims[rank - 2], C = dims[rank - 1], batch = x.numel() / std::max<int64_t>(R * C, 1);
         const int64_t tiles_r = (R + kTile - 1) / kTile, tiles_c = (C + kTile - 1) / kTile;
         parallelFor(batch * tiles_r * tiles_c, y.numel() > 65536, [&](int64_t t) {
             const int64_t b = t / (tiles_r * tiles_c), r0 = t / tiles_c % tiles_r * kTile, c0 = t % tiles_c * kTile;

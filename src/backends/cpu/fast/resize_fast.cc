@@ -71,7 +71,7 @@ std::vector<Tensor> fastResize(const KernelContext& ctx) {
     if (!axisTapTable(plan, rank - 2, H, &rows) || !axisTapTable(plan, rank - 1, W, &cols)) return referenceFallback(ctx);
     Tensor y = ctx.output(0, DType::F32, plan.out_dims);
     if (y.numel() == 0) return {y};
-    const int64_t planes = x.numel() / (H * W);
+    const int64_t planes = x.numel() / std::max<int64_t>(H * W, 1);
     const float* px = x.data<float>();
     float* py = y.data<float>();
     parallelFor(planes * OH, y.numel() > 16384, [&](int64_t r) {

@@ -19,7 +19,7 @@ std::vector<Tensor> batchNorm(const KernelContext& ctx) {
                     static_cast<int64_t>(mean.size()) == C && static_cast<int64_t>(var.size()) == C,
                 "scale/bias/mean/var must have " + std::to_string(C) + " elements");
     const double eps = ctx.attrs().getFloat("epsilon", 1e-5f);
-    const int64_t inner = x.numel() / (x.dims()[0] * C);
+    const int64_t inner = x.numel() / std::max<int64_t>(x.dims()[0] * C, 1);
     return {dispatchFloat(x.dtype(), ctx.node.describe(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         Tensor out(x.dtype(), x.dims());
@@ -64,7 +64,7 @@ std::vector<Tensor> instanceNorm(const KernelContext& ctx) {
     auto scale = ctx.input(1).toDoubleVector(), bias = ctx.input(2).toDoubleVector();
     const int64_t C = x.dims()[1];
     ctx.require(static_cast<int64_t>(scale.size()) == C && static_cast<int64_t>(bias.size()) == C, "scale/bias must have C elements");
-    const int64_t inner = x.numel() / (x.dims()[0] * C);
+    const int64_t inner = x.numel() / std::max<int64_t>(x.dims()[0] * C, 1);
     const double eps = ctx.attrs().getFloat("epsilon", 1e-5f);
     return {dispatchFloat(x.dtype(), ctx.node.describe(), [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -113,7 +113,7 @@ std::vector<Tensor> lrn(const KernelContext& ctx) {
     const double alpha = ctx.attrs().getFloat("alpha", 1e-4f), beta = ctx.attrs().getFloat("beta", 0.75f);
     const double bias = ctx.attrs().getFloat("bias", 1.0f);
     const int64_t size = ctx.attrs().getInt("size");
-    const int64_t C = x.dims()[1], inner = x.numel() / (x.dims()[0] * C);
+    const int64_t C = x.dims()[1], inner = x.numel() / std::max<int64_t>(x.dims()[0] * C, 1);
     return {dispatchFloat(x.dtype(), ctx.node.describe(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         Tensor out(x.dtype(), x.dims());

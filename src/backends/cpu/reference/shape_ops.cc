@@ -132,9 +132,11 @@ std::vector<Tensor> flatten(const KernelContext& ctx) {
     int64_t axis = ctx.attrs().getInt("axis", 1);
     if (axis < 0) axis += rank;
     ctx.require(axis >= 0 && axis <= rank, "axis out of range");
-    int64_t outer = 1;
-    for (int64_t i = 0; i < axis; ++i) outer *= x.dims()[i];
-    return {x.reshaped({outer, outer ? x.numel() / outer : 0})};
+    // Both products from the dims: with an empty outer part, numel / outer loses the inner
+    // one ([0, 1, 4] flattens to [0, 4], not [0, 0]).
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < rank; ++i) (i < axis ? outer : inner) *= x.dims()[i];
+    return {x.reshaped({outer, inner})};
 }
 
 std::vector<Tensor> concat(const KernelContext& ctx) {
