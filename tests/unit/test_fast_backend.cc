@@ -249,6 +249,7 @@ TEST(FastBackend, BlockedConvMatchesThePlainReference) {
         int64_t c, m, k, stride, pt, pl, pb, pr, dil, group;
         const char* act;
         bool bias, residual;
+        int64_t kw = 0, H = 9, W = 11;  // kw 0: a square k x k kernel
     };
     const std::vector<Geo> geos = {
         {3, 16, 3, 2, 1, 1, 1, 1, 1, 1, "Clip", true, false},  // a first layer: plain input (Ohwi8o)
@@ -269,6 +270,10 @@ TEST(FastBackend, BlockedConvMatchesThePlainReference) {
         {8, 16, 1, 1, 0, 0, 0, 0, 1, 1, "Silu", false, true},
         {32, 32, 3, 1, 1, 1, 1, 1, 1, 2, "Relu", true, false},  // grouped (gOIhw<b>i<b>o): 16 channels a group
         {64, 32, 3, 2, 1, 1, 1, 1, 1, 4, "none", true, true},   // 16 in, 8 out a group: blocks of 8 only
+        // 1 x 33 kernels with 16 pads (wav2vec2's positional conv, smaller): oneDNN has only its
+        // reference kernel on blocked data; the conv runs in oneDNN's layouts through reorders.
+        {32, 32, 1, 1, 0, 16, 0, 16, 1, 2, "Gelu", true, true, 33, 1, 40},
+        {16, 24, 1, 1, 0, 16, 0, 15, 1, 1, "none", false, false, 33, 2, 37},
     };
     std::vector<std::string> tactics = {"reference"};
     for (const auto& t : fastTactics())
@@ -277,9 +282,9 @@ TEST(FastBackend, BlockedConvMatchesThePlainReference) {
         for (const Geo& geo : geos) {
             const bool depthwise = geo.group == geo.c && geo.m == geo.c, grouped = geo.group > 1 && !depthwise;
             if (grouped && ((geo.c / geo.group) % block || (geo.m / geo.group) % block)) continue;
-            const int64_t N = 2, H = 9, W = 11;
-            const int64_t OH = (H + geo.pt + geo.pb - (geo.k - 1) * geo.dil - 1) / geo.stride + 1, OW = (W + geo.pl + geo.pr - (geo.k - 1) * geo.dil - 1) / geo.stride + 1;
-            const Tensor x = randomTensor({N, geo.c, H, W}, rng), w = randomTensor({geo.m, geo.c / geo.group, geo.k, geo.k}, rng);
+            const int64_t N = 2, H = geo.H, W = geo.W, kw = geo.kw ? geo.kw : geo.k;
+            const int64_t OH = (H + geo.pt + geo.pb - (geo.k - 1) * geo.dil - 1) / geo.stride + 1, OW = (W + geo.pl + geo.pr - (kw - 1) * geo.dil - 1) / geo.stride + 1;
+            const Tensor x = randomTensor({N, geo.c, H, W}, rng), w = randomTensor({geo.m, geo.c / geo.group, geo.k, kw}, rng);
             const Tensor b = geo.bias ? randomTensor({geo.m}, rng) : Tensor{}, z = geo.residual ? randomTensor({N, geo.m, OH, OW}, rng) : Tensor{};
             Node plain = node("FusedConv", "kiln");
             plain.attrs.set("strides", std::vector<int64_t>{geo.stride, geo.stride});

@@ -124,10 +124,24 @@ BlockedConv geometry(const KernelContext& ctx) {
 
 const dnnl::engine& cpuEngine() { return dnnlCpuEngine(); }
 
+dnnl::stream& cpuStream() {
+    thread_local dnnl::stream stream(cpuEngine());
+    return stream;
+}
+
+// src, weights and dst are the blocked layouts the node's tensors have. When oneDNN has only
+// its reference kernel for those (a 1 x 128 kernel with 64 pads, wav2vec2's positional conv:
+// 1.2 s there, 9 ms in brgconv's own layouts), the conv runs in the layouts oneDNN picks
+// (native_*), through reorders in and out: cheap next to the conv they rescue.
 struct CachedPrimitive {
     dnnl::convolution_forward conv;
     memory::desc src, weights, bias, dst, scratchpad;
+    bool via_native = false;
+    memory::desc native_src, native_weights, native_dst;
+    dnnl::reorder src_in, weights_in, dst_in, dst_out;  // dst_in: the residual, for the sum post-op
 };
+
+bool referenceImplementation(const dnnl::convolution_forward::primitive_desc& pd) { return std::string(pd.impl_info_str()).rfind("ref", 0) == 0; }
 
 CachedPrimitive buildPrimitive(const BlockedConv& g, const Node& node) {
     const memory::dims src{g.N, g.C, g.H, g.W}, dst{g.N, g.O, g.OH, g.OW};
@@ -161,7 +175,26 @@ CachedPrimitive buildPrimitive(const BlockedConv& g, const Node& node) {
     dnnl::primitive_attr attr;
     attr.set_post_ops(ops);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // a buffer per call: safe to run concurrently
-    const dnnl::convolution_forward::primitive_desc pd(desc, attr, cpuEngine());
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, cpuEngine());
+    if (referenceImplementation(pd)) {
+        const memory::desc any_src(src, memory::data_type::f32, Tag::any), any_weights(weights, memory::data_type::f32, Tag::any),
+            any_dst(dst, memory::data_type::f32, Tag::any);
+        const auto native = g.bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any_src,
+                                                                     any_weights, c.bias, any_dst, strides, dilations, pad_l, pad_r)
+                                   : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any_src,
+                                                                     any_weights, any_dst, strides, dilations, pad_l, pad_r);
+        dnnl::convolution_forward::primitive_desc native_pd(native, attr, cpuEngine());
+        if (!referenceImplementation(native_pd)) {
+            const dnnl::engine& e = cpuEngine();
+            c.via_native = true;
+            c.native_src = native_pd.src_desc(), c.native_weights = native_pd.weights_desc(), c.native_dst = native_pd.dst_desc();
+            c.src_in = dnnl::reorder(dnnl::reorder::primitive_desc(e, c.src, e, c.native_src));
+            c.weights_in = dnnl::reorder(dnnl::reorder::primitive_desc(e, c.weights, e, c.native_weights));
+            c.dst_in = dnnl::reorder(dnnl::reorder::primitive_desc(e, c.dst, e, c.native_dst));
+            c.dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(e, c.native_dst, e, c.dst));
+            pd = native_pd;
+        }
+    }
     c.conv = dnnl::convolution_forward(pd);
     c.scratchpad = pd.scratchpad_desc();
     return c;
@@ -200,6 +233,7 @@ struct PreparedConv {
     int threads;                   // the conv's: 1 for small ones
     BlockedConv g;
     std::shared_ptr<const CachedPrimitive> prim;
+    std::vector<std::byte> native_weights;  // the packed weights reordered for a via_native primitive
 
     static std::vector<Dims> inputDims(const KernelContext& ctx) {
         std::vector<Dims> d(ctx.numInputs());
@@ -218,7 +252,7 @@ struct PreparedConv {
 std::shared_ptr<const PreparedConv> prepareConv(const KernelContext& ctx) {
     if (ctx.memo)
         if (auto p = ctx.memo->get<PreparedConv>(); p && p->matches(ctx)) return p;
-    auto p = std::make_shared<PreparedConv>(PreparedConv{PreparedConv::inputDims(ctx), cpuThreads(), cpuThreads(), geometry(ctx), nullptr});
+    auto p = std::make_shared<PreparedConv>(PreparedConv{PreparedConv::inputDims(ctx), cpuThreads(), cpuThreads(), geometry(ctx), nullptr, {}});
     const BlockedConv& g = p->g;
     if (g.group == 1 && 2.0 * g.N * g.O * g.OH * g.OW * g.C * g.KH * g.KW < kSharedConvFlops) p->threads = 1;
     try {
@@ -229,6 +263,14 @@ std::shared_ptr<const PreparedConv> prepareConv(const KernelContext& ctx) {
     const Tensor& w = ctx.input(1);
     ctx.require(p->prim->weights.get_size() == w.byteSize(),
                 [&] { return "packed weights of " + dimsToString(w.dims()) + " do not match " + p->g.weight_layout; });
+    if (p->prim->via_native) {
+        const dnnl::engine& e = cpuEngine();
+        p->native_weights.resize(p->prim->native_weights.get_size());
+        memory packed(p->prim->weights, e, const_cast<std::byte*>(w.raw())), native(p->prim->native_weights, e, p->native_weights.data());
+        const ScopedOmpThreads threads(p->threads);
+        p->prim->weights_in.execute(cpuStream(), packed, native);
+        cpuStream().wait();
+    }
     if (ctx.memo) ctx.memo->set(p);
     return p;
 }
@@ -260,6 +302,31 @@ std::unordered_map<int, memory>& threadArguments(const std::shared_ptr<const Cac
     return e.args;
 }
 
+// A conv in oneDNN's own layouts: the blocked input (and the residual in y) reordered in,
+// the output reordered back into y. Rare and slow-kernel-rescuing, so its memory objects are
+// made per call.
+void runViaNative(const KernelContext& ctx, const PreparedConv& prepared, std::vector<std::byte>& scratch, Tensor& y) {
+    const CachedPrimitive& prim = *prepared.prim;
+    const dnnl::engine& e = cpuEngine();
+    thread_local std::vector<std::byte> src_buffer, dst_buffer;
+    src_buffer.resize(prim.native_src.get_size());
+    dst_buffer.resize(prim.native_dst.get_size());
+    memory blocked_src(prim.src, e, const_cast<std::byte*>(ctx.input(0).raw())), native_src(prim.native_src, e, src_buffer.data());
+    memory blocked_dst(prim.dst, e, y.raw()), native_dst(prim.native_dst, e, dst_buffer.data());
+    std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, native_src},
+                                            {DNNL_ARG_WEIGHTS, memory(prim.native_weights, e, const_cast<std::byte*>(prepared.native_weights.data()))},
+                                            {DNNL_ARG_DST, native_dst},
+                                            {DNNL_ARG_SCRATCHPAD, memory(prim.scratchpad, e, scratch.data())}};
+    if (prepared.g.bias) args.emplace(DNNL_ARG_BIAS, memory(prim.bias, e, const_cast<std::byte*>(ctx.input(2).raw())));
+    dnnl::stream& stream = cpuStream();
+    const ScopedOmpThreads threads(prepared.threads);
+    prim.src_in.execute(stream, blocked_src, native_src);
+    if (prepared.g.residual) prim.dst_in.execute(stream, blocked_dst, native_dst);
+    prim.conv.execute(stream, args);
+    prim.dst_out.execute(stream, native_dst, blocked_dst);
+    stream.wait();
+}
+
 std::vector<Tensor> blockedConv(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const Tensor& w = ctx.input(1);
@@ -271,16 +338,19 @@ std::vector<Tensor> blockedConv(const KernelContext& ctx) {
     if (g.residual) std::memcpy(y.raw(), ctx.input(3).raw(), y.byteSize());  // the sum post-op adds what dst holds
     thread_local std::vector<std::byte> scratch;
     scratch.resize(prim->scratchpad.get_size());
+    if (prim->via_native) {
+        runViaNative(ctx, *prepared, scratch, y);
+        return {y};
+    }
     std::unordered_map<int, memory>& args = threadArguments(prepared->prim, g.bias);
     args.at(DNNL_ARG_SRC).set_data_handle(const_cast<std::byte*>(x.raw()));
     args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<std::byte*>(w.raw()));
     args.at(DNNL_ARG_DST).set_data_handle(y.raw());
     args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(scratch.data());
     if (g.bias) args.at(DNNL_ARG_BIAS).set_data_handle(const_cast<std::byte*>(ctx.input(2).raw()));
-    thread_local dnnl::stream stream(cpuEngine());
     const ScopedOmpThreads threads(prepared->threads);
-    prim->conv.execute(stream, args);
-    stream.wait();
+    prim->conv.execute(cpuStream(), args);
+    cpuStream().wait();
     return {y};
 }
 
