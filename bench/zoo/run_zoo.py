@@ -12,6 +12,7 @@ Writes bench/results/<date>-zoo-<part>-<machine>.json and regenerates docs/zoo.m
 Usage: bench/zoo/run [--cpu] [--gpu] [--models a,b] [--threads 4] [--rounds 3] [--duration 3] [--jobs N --cores 4-15]
 """
 import argparse
+import copy
 import datetime
 import json
 import os
@@ -202,9 +203,11 @@ def gpu_row(a, spec, batch, kiln):
     torch.backends.cudnn.allow_tf32 = False
     dev = [torch.from_numpy(v).cuda() for v in inputs.values()]
     as_list = lambda o: [x.float().cpu().numpy() for x in (o if isinstance(o, (tuple, list)) else (o,))]
+    # The f16 copy is made before any run: modules that cache tensors on their first eval run
+    # (timm LeViT's attention biases) would keep f32 caches through .half().
+    m16 = copy.deepcopy(module).half()
     with torch.inference_mode():
         ref = as_list(module(*dev))
-        m16 = module.half()
         dev16 = [x.half() if x.is_floating_point() else x for x in dev]
         eager = as_list(m16(*dev16))
     eager_err = max(rel_l2(e, r) for e, r in zip(eager, ref))

@@ -57,7 +57,7 @@ class YoloStyle(nn.Module):
         for head, p, stride in zip(self.heads, (p3, p4, p5), (8, 16, 32)):
             o = head(p)
             n, _, h, w = o.shape
-            gy, gx = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32), indexing="ij")
+            gy, gx = torch.meshgrid(torch.arange(h, dtype=o.dtype, device=o.device), torch.arange(w, dtype=o.dtype, device=o.device), indexing="ij")
             o = o.flatten(2).transpose(1, 2)
             xy = (o[..., 0:2].sigmoid() * 2 - 0.5 + torch.stack([gx, gy], -1).reshape(1, -1, 2)) * stride
             wh = o[..., 2:4].exp().clamp(max=50.0) * stride

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -298,6 +299,93 @@ TEST(CudaBackend, ConvTransposeSiluAndConv1dMatchTheReference) {
     g.outputs.push_back({"y", DType::F32, {}});
     const TensorMap in = {{"x", randomTensor({2, 4, 30}, rng, -2, 2)}};
     expectMatches(buildCuda(g, "precision.activations=f32", &in), in, GraphExecutor(g).run(in), 1e-5, "conv1d with silu");
+}
+
+// Abs, Neg and Sign over integers (T5's relative position buckets) and Not over Bool
+// (RoBERTa's and DeBERTa's masks) run on the GPU, exactly as on the CPU.
+TEST(CudaBackend, IntegerAndBoolUnaryOpsMatchTheReference) {
+    REQUIRE_GPU();
+    std::mt19937 rng(41);
+    Graph g;
+    g.opset = 17;
+    g.inputs.push_back({"a", DType::I64, Shape::fromDims({3, 50})});
+    g.inputs.push_back({"b", DType::I32, Shape::fromDims({7, 9})});
+    g.inputs.push_back({"m", DType::Bool, Shape::fromDims({2, 33})});
+    g.nodes = {Node{"abs", "Abs", "", {"a"}, {"abs_a"}, {}}, Node{"neg", "Neg", "", {"b"}, {"neg_b"}, {}}, Node{"sign", "Sign", "", {"a"}, {"sign_a"}, {}},
+               Node{"not", "Not", "", {"m"}, {"not_m"}, {}}};
+    for (const char* o : {"abs_a", "neg_b", "sign_a", "not_m"}) g.outputs.push_back({o, DType::Undefined, {}});
+    Tensor a(DType::I64, {3, 50}), b(DType::I32, {7, 9}), m(DType::Bool, {2, 33});
+    std::uniform_int_distribution<int64_t> values(-1000, 1000);
+    for (int64_t i = 0; i < a.numel(); ++i) a.data<int64_t>()[i] = i % 7 == 0 ? 0 : values(rng);
+    for (int64_t i = 0; i < b.numel(); ++i) b.data<int32_t>()[i] = static_cast<int32_t>(values(rng));
+    for (int64_t i = 0; i < m.numel(); ++i) m.data<bool>()[i] = values(rng) > 0;
+    const TensorMap in = {{"a", a}, {"b", b}, {"m", m}};
+    const auto want = GraphExecutor(g).run(in);
+    ExecutionContext ctx(buildCuda(g, "precision.activations=f32"));
+    const auto got = ctx.run(in);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i].dtype(), want[i].dtype()) << g.outputs[i].name;
+        ASSERT_EQ(got[i].byteSize(), want[i].byteSize()) << g.outputs[i].name;
+        EXPECT_EQ(std::memcmp(got[i].raw(), want[i].raw(), got[i].byteSize()), 0) << g.outputs[i].name;
+    }
+    EXPECT_TRUE(ctx.stats().cpu_nodes.empty());
+}
+
+// A mask constant beyond f16's range (torch.finfo(float32).min, as DeBERTa masks) saturates
+// to -65504 in an f16 engine, so that 0 * mask stays 0 and the softmax stays finite.
+TEST(CudaBackend, F16WeightsBeyondTheRangeSaturate) {
+    REQUIRE_GPU();
+    std::mt19937 rng(43);
+    Graph g;
+    g.opset = 17;
+    g.inputs.push_back({"x", DType::F32, Shape::fromDims({4, 8})});
+    g.inputs.push_back({"m", DType::F32, Shape::fromDims({4, 8})});
+    g.initializers["c"] = Tensor::fromVector<float>({1, 8}, std::vector<float>(8, -3.4028234663852886e38f));
+    g.nodes = {Node{"mul", "Mul", "", {"m", "c"}, {"bias"}, {}}, Node{"add", "Add", "", {"x", "bias"}, {"s"}, {}},
+               Node{"softmax", "Softmax", "", {"s"}, {"y"}, {}}};
+    g.outputs.push_back({"y", DType::F32, {}});
+    Tensor m(DType::F32, {4, 8});
+    for (int64_t i = 0; i < m.numel(); ++i) m.data<float>()[i] = i % 3 == 0 ? 1.f : 0.f;
+    const TensorMap in = {{"x", randomTensor({4, 8}, rng, -2, 2)}, {"m", m}};
+    expectMatches(buildCuda(g, "precision.activations=f16", &in), in, GraphExecutor(g).run(in), 3e-3, "f16 mask of -3.4e38");
+}
+
+// Speech stems as the zoo exports them, in f16 and f32: wav2vec2's first conv (one input
+// channel, kernel 10, stride 5, over 16000 samples), Whisper's (80 mel bins, kernel 3, pad 1,
+// GELU), a strided 512-channel one, and wav2vec2's grouped positional conv (kernel 128, pad
+// 64, 16 groups). cuDNN proposed algorithms for such 1 x K convs that it then refused to run.
+TEST(CudaBackend, SpeechStemConv1dsRunInF16AndF32) {
+    REQUIRE_GPU();
+    std::mt19937 rng(29);
+    struct C {
+        Dims x, w;
+        int64_t stride, pad, group;
+        bool gelu;
+    };
+    const std::vector<C> convs = {{{1, 1, 16000}, {64, 1, 10}, 5, 0, 1, true},
+                                  {{2, 80, 3000}, {384, 80, 3}, 1, 1, 1, true},
+                                  {{1, 512, 3199}, {512, 512, 3}, 2, 0, 1, false},
+                                  {{1, 768, 49}, {768, 48, 128}, 1, 64, 16, true}};
+    for (const C& c : convs) {
+        Graph g;
+        g.opset = 20;  // Gelu
+        g.inputs.push_back({"x", DType::F32, Shape::fromDims(c.x)});
+        g.initializers["w"] = randomTensor(c.w, rng, -0.1f, 0.1f);
+        g.initializers["b"] = randomTensor({c.w[0]}, rng);
+        Attributes a;
+        a.set("strides", std::vector<int64_t>{c.stride});
+        a.set("pads", std::vector<int64_t>{c.pad, c.pad});
+        a.set("group", c.group);
+        g.nodes = {Node{"conv", "Conv", "", {"x", "w", "b"}, {c.gelu ? "h" : "y"}, a}};
+        if (c.gelu) g.nodes.push_back(Node{"gelu", "Gelu", "", {"h"}, {"y"}, {}});
+        g.outputs.push_back({"y", DType::F32, {}});
+        const TensorMap in = {{"x", randomTensor(c.x, rng, -1, 1)}};
+        const auto want = GraphExecutor(g).run(in);
+        for (const char* precision : {"f32", "f16"})
+            expectMatches(buildCuda(g, std::string("precision.activations=") + precision, &in), in, want, precision[1] == '3' ? 1e-5 : 3e-3,
+                          "conv1d " + dimsToString(c.w) + " over " + dimsToString(c.x) + " in " + precision);
+    }
 }
 
 // Pad in every mode (negative pads crop), Tile, CumSum (exclusive, reverse) and GatherND

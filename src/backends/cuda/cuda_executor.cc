@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -46,13 +47,17 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t roundUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
-// Host-side f32 <-> f16/bf16 conversion for uploads and downloads.
+// Host-side f32 <-> f16/bf16 conversion for uploads and downloads. Finite values beyond
+// f16's range saturate to +-65504, as TensorRT clamps weights: a mask constant of
+// -3.4e38 (torch.finfo(float32).min, DeBERTa's) stays a large finite number, so that
+// 0 * mask is 0, not NaN. Infinities and NaNs stay what they are.
 Tensor toPhysical(const Tensor& t, DType physical) {
     if (t.dtype() == physical) return t;
     Tensor out = Tensor::uninitialized(physical, t.dims());
     const float* src = t.data<float>();
+    constexpr float kHalfMax = 65504.f;
     for (int64_t i = 0; i < t.numel(); ++i) {
-        if (physical == DType::F16) out.data<Half>()[i] = Half(src[i]);
+        if (physical == DType::F16) out.data<Half>()[i] = Half(std::isfinite(src[i]) ? std::clamp(src[i], -kHalfMax, kHalfMax) : src[i]);
         else out.data<BFloat16>()[i] = BFloat16(src[i]);
     }
     return out;

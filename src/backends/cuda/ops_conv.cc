@@ -110,6 +110,32 @@ void appendAlgorithms(const cudnnConvolutionFwdAlgoPerf_t* perf, int found, size
     }
 }
 
+// The heuristic's first proposal that runs, then any other algorithm that does: cuDNN 9's
+// heuristic proposed algorithms that cudnnConvolutionForward then refused (NOT_SUPPORTED) for
+// fp16 1 x K convs over long rows (Whisper's and wav2vec2's stems as 2-D convs). Each is tried
+// once, into y, when the plan is made (never during a graph capture: plans are made in the
+// first, recorded run).
+cudnnConvolutionFwdAlgo_t firstThatRuns(OpContext& ctx, const ConvPlan& p, const void* x, const void* w, void* y, const cudnnConvolutionFwdAlgoPerf_t* perf,
+                                        int found) {
+    constexpr size_t kMaxWorkspace = 256u << 20;
+    std::vector<cudnnConvolutionFwdAlgo_t> order;
+    appendAlgorithms(perf, found, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, order);
+    for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a)
+        if (std::find(order.begin(), order.end(), static_cast<cudnnConvolutionFwdAlgo_t>(a)) == order.end())
+            order.push_back(static_cast<cudnnConvolutionFwdAlgo_t>(a));
+    std::string refused;
+    const float one = 1.f, zero = 0.f;
+    for (auto a : order) {
+        size_t bytes = 0;
+        if (cudnnGetConvolutionForwardWorkspaceSize(ctx.res.dnn(), p.x, p.w, p.conv, p.y, a, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxWorkspace) continue;
+        const cudnnStatus_t status =
+            cudnnConvolutionForward(ctx.res.dnn(), &one, p.x, x, p.w, w, p.conv, a, ctx.res.scratch(0, bytes), bytes, &zero, p.y, y);
+        if (status == CUDNN_STATUS_SUCCESS) return a;
+        refused += (refused.empty() ? "" : ", ") + std::to_string(static_cast<int>(a)) + " (" + cudnnGetErrorString(status) + ")";
+    }
+    ctx.unsupported("no cuDNN algorithm runs this convolution" + (refused.empty() ? std::string() : ": refused " + refused));
+}
+
 void chooseAlgorithm(OpContext& ctx, ConvPlan& p, const void* x, const void* w, void* y) {
     auto workspaceOf = [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
         return cudnnGetConvolutionForwardWorkspaceSize(ctx.res.dnn(), p.x, p.w, p.conv, p.y, a, bytes) == CUDNN_STATUS_SUCCESS;
@@ -126,8 +152,8 @@ void chooseAlgorithm(OpContext& ctx, ConvPlan& p, const void* x, const void* w, 
         // The route decides whether to search, not how many proposals the heuristic made (a
         // single proposal still gets cuDNN's search and the timing below).
         const bool search = ctx.calibrate && routeValue(ctx.route, "tactic.cuda.conv") == "auto";
-        appendAlgorithms(perf, found, search ? 3 : 1, candidates);
         if (search) {
+            appendAlgorithms(perf, found, 3, candidates);
             // auto: cuDNN's own timed search proposes more, then every candidate is timed here, as
             // it will run (this stream, this workspace, the plan's math type); cuDNN's search alone
             // picked algorithms that ran slower than its heuristic inside the whole network.
@@ -147,10 +173,9 @@ void chooseAlgorithm(OpContext& ctx, ConvPlan& p, const void* x, const void* w, 
                 });
                 if (ok && (best_ms == 0 || ms < best_ms)) best_ms = ms, p.algo = a;
             }
-            if (best_ms == 0) p.algo = candidates.front();
+            if (best_ms == 0) p.algo = firstThatRuns(ctx, p, x, w, y, perf, found);
         } else {
-            if (candidates.empty()) ctx.unsupported("no cuDNN algorithm");
-            p.algo = candidates.front();
+            p.algo = firstThatRuns(ctx, p, x, w, y, perf, found);
         }
     }
     ctx.require(workspaceOf(p.algo, &p.workspace), "cuDNN algorithm " + std::to_string(static_cast<int>(p.algo)) + " does not fit this convolution");

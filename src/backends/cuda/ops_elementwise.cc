@@ -40,6 +40,12 @@ UnaryFn unaryOf(const OpContext& ctx) {
 
 std::vector<DeviceTensor> unary(OpContext& ctx) {
     const DeviceTensor& x = ctx.input(0);
+    const std::string& op = ctx.node.op_type;
+    if ((x.dtype == DType::I64 || x.dtype == DType::I32) && (op == "Abs" || op == "Neg" || op == "Sign")) {  // T5's relative position buckets
+        DeviceTensor y = ctx.output(0, x.logical, x.dims);
+        launchIntegerUnary(x.dtype, op == "Abs" ? UnaryOp::Abs : op == "Neg" ? UnaryOp::Neg : UnaryOp::Sign, x.data, y.data, x.numel(), ctx.stream());
+        return {y};
+    }
     const DType t = ctx.floatType(0);
     const UnaryFn f = unaryOf(ctx);
     DeviceTensor y = ctx.output(0, x.logical, x.dims);
@@ -71,6 +77,14 @@ std::vector<DeviceTensor> binary(OpContext& ctx) {
     DeviceTensor y = ctx.output(0, isComparison(op) ? DType::Bool : a.logical, dims);
     launchBinary(a.dtype, op, a.data, broadcastView(a.dims, dims, ctx), b.data, broadcastView(b.dims, dims, ctx), y.data, shape, UnaryFn{},
                  ctx.stream());
+    return {y};
+}
+
+std::vector<DeviceTensor> logicalNot(OpContext& ctx) {
+    const DeviceTensor& x = ctx.input(0);
+    if (x.dtype != DType::Bool) ctx.unsupported("element type " + std::string(dtypeName(x.dtype)));
+    DeviceTensor y = ctx.output(0, DType::Bool, x.dims);
+    launchNot(x.data, y.data, x.numel(), ctx.stream());
     return {y};
 }
 
@@ -139,6 +153,7 @@ void addElementwiseOps(std::map<std::string, OpFn>& ops) {
     for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And",
                            "Or", "Xor"})
         ops[op] = binary;
+    ops["Not"] = logicalNot;
     ops["Cast"] = cast;
     ops["CastLike"] = cast;
     ops["Where"] = where;

@@ -63,6 +63,18 @@ __global__ void unaryKernel(UnaryFn f, const T* x, T* y, int64_t n) {
 }
 
 template <typename T>
+__global__ void integerUnaryKernel(UnaryOp op, const T* x, T* y, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const T v = x[i];
+        y[i] = op == UnaryOp::Abs ? (v < 0 ? T(-v) : v) : op == UnaryOp::Neg ? T(-v) : T((v > 0) - (v < 0));
+    }
+}
+
+__global__ void notKernel(const bool* x, bool* y, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) y[i] = !x[i];
+}
+
+template <typename T>
 __device__ __forceinline__ float arith(BinaryOp op, float a, float b) {
     switch (op) {
         case BinaryOp::Add: return a + b;
@@ -217,6 +229,26 @@ void launchUnary(DType t, UnaryFn f, const void* x, void* y, int64_t n, cudaStre
         unaryKernel<T><<<gridFor(n, kThreads), kThreads, 0, s>>>(f, static_cast<const T*>(x), static_cast<T*>(y), n);
     });
     checkLaunch("unary");
+}
+
+void launchIntegerUnary(DType t, UnaryOp op, const void* x, void* y, int64_t n, cudaStream_t s) {
+    clearStaleError();
+    check(op == UnaryOp::Abs || op == UnaryOp::Neg || op == UnaryOp::Sign, "CUDA integer unary op must be Abs, Neg or Sign");
+    if (n == 0) return;
+    if (t == DType::I64)
+        integerUnaryKernel<int64_t><<<gridFor(n, kThreads), kThreads, 0, s>>>(op, static_cast<const int64_t*>(x), static_cast<int64_t*>(y), n);
+    else if (t == DType::I32)
+        integerUnaryKernel<int32_t><<<gridFor(n, kThreads), kThreads, 0, s>>>(op, static_cast<const int32_t*>(x), static_cast<int32_t*>(y), n);
+    else
+        check(false, "CUDA integer unary op needs I32 or I64");
+    checkLaunch("integer unary");
+}
+
+void launchNot(const void* x, void* y, int64_t n, cudaStream_t s) {
+    clearStaleError();
+    if (n == 0) return;
+    notKernel<<<gridFor(n, kThreads), kThreads, 0, s>>>(static_cast<const bool*>(x), static_cast<bool*>(y), n);
+    checkLaunch("not");
 }
 
 void launchBinary(DType t, BinaryOp op, const void* a, const View6& va, const void* b, const View6& vb, void* y, const Shape6& shape,

@@ -64,6 +64,10 @@ bool isDeviceFloat(DType t);
 
 // y = f(x), n elements.
 void launchUnary(DType t, UnaryFn f, const void* x, void* y, int64_t n, cudaStream_t s);
+// y = Abs/Neg/Sign(x) over I32 or I64, n elements.
+void launchIntegerUnary(DType t, UnaryOp op, const void* x, void* y, int64_t n, cudaStream_t s);
+// y = !x over Bool, n elements.
+void launchNot(const void* x, void* y, int64_t n, cudaStream_t s);
 // y = post(a op b) over `shape`. Arithmetic: a, b, y of type t (float or I32/I64 for
 // Add/Sub/Mul/Div/Max/Min); comparisons: y Bool; logical: all Bool.
 void launchBinary(DType t, BinaryOp op, const void* a, const View6& va, const void* b, const View6& vb, void* y, const Shape6& shape,
