@@ -20,15 +20,14 @@ bool shapeOrView(const std::string& op) {
     return ops.count(op) > 0;
 }
 
-}  // namespace
-
-std::vector<SlowNode> referenceKernelNodes(const Engine& engine) {
-    std::vector<SlowNode> slow;
-    if (targetKind(engine.target) != "cpu") return slow;
-    const RouteValues route = BuildRoute::parse(engine.route, Builder::space()).values();
-    for (const Node& n : engine.graph.nodes) {
-        auto t = engine.tactics.find(n.name);
-        if ((t != engine.tactics.end() && t->second != "reference") || shapeOrView(n.op_type)) continue;
+// Slow nodes of `g` and of its subgraphs, named (and their tactics looked up) under `prefix`.
+// A control-flow node itself only dispatches: its subgraphs' nodes are what is reported.
+void collectSlow(const Engine& engine, const Graph& g, const std::string& prefix, const RouteValues& route, std::vector<SlowNode>& slow) {
+    for (const Node& n : g.nodes) {
+        const auto subgraphs = subgraphAttributes(n);
+        for (const auto& attr : subgraphs) collectSlow(engine, *n.attrs.getGraph(attr), prefix + subgraphPrefix(n, attr), route, slow);
+        auto t = engine.tactics.find(prefix + n.name);
+        if ((t != engine.tactics.end() && t->second != "reference") || shapeOrView(n.op_type) || !subgraphs.empty()) continue;
         std::string why;
         for (const Tactic& tac : fastTactics()) {
             if (std::find(tac.ops.begin(), tac.ops.end(), n.op_type) == tac.ops.end()) continue;
@@ -38,8 +37,23 @@ std::vector<SlowNode> referenceKernelNodes(const Engine& engine) {
             break;
         }
         if (why.empty()) why = "no fast kernel for " + n.op_type;
-        slow.push_back({n.name, n.op_type, why});
+        slow.push_back({prefix + n.name, n.op_type, why});
     }
+}
+
+size_t nodeCount(const Graph& g) {
+    size_t count = g.nodes.size();
+    for (const Node& n : g.nodes)
+        for (const auto& attr : subgraphAttributes(n)) count += nodeCount(*n.attrs.getGraph(attr));
+    return count;
+}
+
+}  // namespace
+
+std::vector<SlowNode> referenceKernelNodes(const Engine& engine) {
+    std::vector<SlowNode> slow;
+    if (targetKind(engine.target) != "cpu") return slow;
+    collectSlow(engine, engine.graph, "", BuildRoute::parse(engine.route, Builder::space()).values(), slow);
     return slow;
 }
 
@@ -50,7 +64,7 @@ std::string coverageSummary(const Engine& engine, const std::vector<SlowNode>& s
     std::vector<std::pair<int, std::string>> order;
     for (const auto& [op, k] : by_op) order.push_back({-k, op});
     std::sort(order.begin(), order.end());
-    std::string text = std::to_string(slow.size()) + " of " + std::to_string(engine.graph.nodes.size()) + " nodes on reference kernels (";
+    std::string text = std::to_string(slow.size()) + " of " + std::to_string(nodeCount(engine.graph)) + " nodes on reference kernels (";
     for (size_t i = 0; i < order.size(); ++i) text += (i ? ", " : "") + order[i].second + " x" + std::to_string(-order[i].first);
     return text + ")";
 }

@@ -1,5 +1,5 @@
 // Kernel coverage of a built engine: which nodes run on a slow path, and why. On the CPU a
-// slow path is a reference kernel (a plain loop kept for correctness); shape and view ops,
+// slow path is a reference kernel (a plain loop kept for correctness), in subgraphs too; shape and view ops,
 // whose reference kernels do no arithmetic, are left out. Build, inspect and bench report it
 // so that a model with missing fast kernels shows itself before anyone profiles it.
 #pragma once

@@ -238,6 +238,10 @@ std::map<std::string, std::string> selectTactics(const Graph& g, const RouteValu
         }
         chosen[n.name] = pick;
         flow.advance(index, kernelForTactic(n, pick));
+        // Subgraphs: their nodes' tactics under the subgraph's prefix. Their shapes are
+        // timed where static; the value flow does not enter them.
+        for (const auto& attr : subgraphAttributes(n))
+            for (auto& [inner, tactic] : selectTactics(*n.attrs.getGraph(attr), route, cache, {})) chosen[subgraphPrefix(n, attr) + inner] = std::move(tactic);
     }
     return chosen;
 }

@@ -29,7 +29,7 @@ private:
 // Node name -> tactic for every node of `g`. Nodes with static shapes are timed on random
 // tensors of those shapes; with `input_shapes` (every runtime input's build shape, e.g. the
 // profile's opt shapes), the others are timed on the values the model computes from random
-// inputs of those shapes.
+// inputs of those shapes. Subgraphs' nodes are named by subgraphPrefix (ir/graph.h) + their name.
 std::map<std::string, std::string> selectTactics(const Graph& g, const RouteValues& route, TimingCache* cache,
                                                  const std::map<std::string, Dims>& input_shapes = {});
 

@@ -102,6 +102,48 @@ size_t formalInputCount(const Node& n) {
     return n.inputs.size() >= captured ? n.inputs.size() - captured : 0;
 }
 
+std::vector<std::string> subgraphAttributes(const Node& n) {
+    std::vector<std::string> names;
+    for (const auto& [name, attr] : n.attrs.all())
+        if (const auto* sub = std::get_if<std::shared_ptr<Graph>>(&attr); sub && *sub) names.push_back(name);
+    return names;
+}
+
+std::string subgraphPrefix(const Node& n, const std::string& attribute) { return n.name + "/" + attribute + "/"; }
+
+void sinkCapturedConstants(const Graph& outer, Node& n) {
+    const std::vector<std::string> attrs = subgraphAttributes(n);
+    if (attrs.empty()) return;
+    const std::vector<std::string> captures = n.attrs.getStrings("captures");
+    const size_t formal = formalInputCount(n);
+    std::vector<std::string> inputs(n.inputs.begin(), n.inputs.begin() + static_cast<std::ptrdiff_t>(formal)), kept;
+    std::map<std::string, Tensor> constants;
+    std::map<std::string, ValueInfo> types;
+    for (size_t k = 0; k < captures.size(); ++k) {
+        const std::string& from = n.inputs[formal + k];
+        if (auto c = outer.initializers.find(from); c != outer.initializers.end()) {
+            constants[captures[k]] = c->second;
+            continue;
+        }
+        if (const ValueInfo* vi = outer.findValueInfo(from)) {
+            ValueInfo inner = *vi;
+            inner.name = captures[k];
+            types[captures[k]] = inner;
+        }
+        kept.push_back(captures[k]);
+        inputs.push_back(from);
+    }
+    for (const auto& name : attrs) {
+        auto body = std::make_shared<Graph>(*n.attrs.getGraph(name));
+        for (const auto& [inner, t] : constants) body->initializers[inner] = t;
+        for (const auto& [inner, vi] : types)
+            if (!body->value_info.count(inner)) body->value_info[inner] = vi;
+        n.attrs.set(name, body);
+    }
+    n.inputs = std::move(inputs);
+    n.attrs.set("captures", kept);
+}
+
 namespace {
 // Ops whose listed inputs must all share one element type (ONNX type constraint "T").
 bool inputsShareType(const std::string& op) {

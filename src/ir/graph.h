@@ -58,6 +58,16 @@ std::set<std::string> definedNames(const Graph& g);
 void liftCaptures(Graph& g);
 // How many of a node's inputs are its operator's own (the rest are captures).
 size_t formalInputCount(const Node& n);
+// The names of a node's subgraph attributes ("then_branch", "body", ...), in order.
+std::vector<std::string> subgraphAttributes(const Node& n);
+// Where a subgraph's nodes are named in engine-wide tables (tactics, coverage):
+// "<node>/<attribute>/" before each inner node's name.
+std::string subgraphPrefix(const Node& n, const std::string& attribute);
+// Prepares node `n`'s subgraphs (lifted) for optimizing on their own: each gets the outer
+// constants it reads as initializers of its own (taken off the node's captures, so that its
+// convolutions and matmuls see constant weights), and the types `outer` knows of the other
+// captured values as value infos. The node's subgraph attributes become fresh copies.
+void sinkCapturedConstants(const Graph& outer, Node& n);
 // Checks that the graph is well formed: every input defined before use, each value produced
 // once, no cycles, declared outputs produced, known element types consistent, and every
 // node's attributes in range (attribute_checks.h).

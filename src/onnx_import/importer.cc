@@ -155,8 +155,36 @@ int64_t defaultDomainOpset(const onnx::ModelProto& model, const std::string& fil
     return opset;
 }
 
-// Runs ONNX shape inference and records the result as value_info. Failures are not fatal:
-// the runtime computes shapes itself; inference only annotates.
+// Value infos of every subgraph (If branches, Loop and Scan bodies), nested ones too, and
+// their outputs: ONNX names are unique across scopes, so one flat list holds them.
+void collectSubgraphValueInfos(const onnx::GraphProto& g, onnx::GraphProto& into) {
+    for (const auto& n : g.node())
+        for (const auto& a : n.attribute()) {
+            if (a.type() != onnx::AttributeProto::GRAPH) continue;
+            for (const auto& v : a.g().value_info()) *into.add_value_info() = v;
+            for (const auto& v : a.g().output()) *into.add_value_info() = v;
+            collectSubgraphValueInfos(a.g(), into);
+        }
+}
+
+// Gives each subgraph the inferred types of the values its nodes produce.
+void annotateSubgraphs(Graph& g, const std::map<std::string, ValueInfo>& inferred) {
+    for (auto& node : g.nodes)
+        for (const auto& [name, attr] : node.attrs.all()) {
+            const auto* sub = std::get_if<std::shared_ptr<Graph>>(&attr);
+            if (!sub || !*sub) continue;
+            Graph& body = **sub;
+            for (const auto& n : body.nodes)
+                for (const auto& o : n.outputs)
+                    if (auto it = inferred.find(o); it != inferred.end() && !body.value_info.count(o)) body.value_info[o] = it->second;
+            for (auto& o : body.outputs)
+                if (auto it = inferred.find(o.name); it != inferred.end() && !o.shape.rank_known) o.shape = it->second.shape;
+            annotateSubgraphs(body, inferred);
+        }
+}
+
+// Runs ONNX shape inference and records the result as value_info, in subgraphs too.
+// Failures are not fatal: the runtime computes shapes itself; inference only annotates.
 //
 // ONNX's inference code can crash on malformed models (division by a zero stride, reads
 // past short attribute lists), so it runs in a forked child that sends back the inferred
@@ -179,6 +207,7 @@ void inferShapes(onnx::ModelProto model, Graph& g) {
             onnx::GraphProto inferred;  // only what the parent needs
             *inferred.mutable_value_info() = model.graph().value_info();
             *inferred.mutable_output() = model.graph().output();
+            collectSubgraphValueInfos(model.graph(), inferred);
             out = inferred.SerializeAsString();
         } catch (...) {
         }
@@ -200,10 +229,15 @@ void inferShapes(onnx::ModelProto model, Graph& g) {
     if (!WIFEXITED(status) || bytes.empty() || !inferred.ParseFromString(bytes)) return;
     model.mutable_graph()->mutable_value_info()->Swap(inferred.mutable_value_info());
     model.mutable_graph()->mutable_output()->Swap(inferred.mutable_output());
+    std::map<std::string, ValueInfo> all;
     for (const auto& v : model.graph().value_info()) {
         ValueInfo vi = valueFromProto(v, false);
-        if (vi.dtype != DType::Undefined) g.value_info[vi.name] = vi;
+        if (vi.dtype != DType::Undefined) all[vi.name] = vi;
     }
+    annotateSubgraphs(g, all);
+    const std::set<std::string> outer = definedNames(g);
+    for (auto& [name, vi] : all)
+        if (outer.count(name)) g.value_info[name] = std::move(vi);
     for (int i = 0; i < model.graph().output_size() && i < static_cast<int>(g.outputs.size()); ++i) {
         ValueInfo vi = valueFromProto(model.graph().output(i), false);
         if (!g.outputs[i].shape.rank_known) g.outputs[i].shape = vi.shape;

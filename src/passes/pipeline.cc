@@ -43,18 +43,49 @@ std::vector<ParameterSpec> passParameters() {
     return out;
 }
 
-Graph optimizeGraph(const Graph& input, const RouteValues& route) {
+namespace {
+
+// `outer`: the names a subgraph reads from around it (its captures).
+Graph optimizeIn(const Graph& input, const RouteValues& route, const std::set<std::string>& outer, bool nested);
+
+// Subgraphs (If branches, Loop and Scan bodies) go through the whole pipeline as graphs of
+// their own, after the graph around them, so that their nodes get fast kernels too.
+void optimizeSubgraphs(Graph& g, const RouteValues& route) {
+    bool sunk = false;
+    for (auto& node : g.nodes) {
+        const auto attrs = subgraphAttributes(node);
+        if (attrs.empty()) continue;
+        const size_t before = node.inputs.size();
+        sinkCapturedConstants(g, node);
+        sunk |= node.inputs.size() != before;
+        const auto captures = node.attrs.getStrings("captures");
+        const std::set<std::string> outer(captures.begin(), captures.end());
+        for (const auto& name : attrs) node.attrs.set(name, std::make_shared<Graph>(optimizeIn(*node.attrs.getGraph(name), route, outer, true)));
+    }
+    if (sunk) deadCodeEliminationPass().run(g, route);  // constants only the subgraphs read
+}
+
+Graph optimizeIn(const Graph& input, const RouteValues& route, const std::set<std::string>& outer, bool nested) {
     Graph g = input;
-    for (const auto& pass : passPipeline()) {
-        pass.run(g, route);
+    auto verify = [&](const std::string& pass) {
         try {
             topologicalSort(g);
-            verifyGraph(g);
+            verifyGraph(g, outer);
         } catch (const Error& e) {
-            throw Error("pass " + pass.name + " produced an invalid graph: " + e.what());
+            throw Error("pass " + pass + " produced an invalid graph" + (!nested ? "" : " (subgraph '" + g.name + "')") + ": " + e.what());
         }
+    };
+    for (const auto& pass : passPipeline()) {
+        pass.run(g, route);
+        verify(pass.name);
     }
+    optimizeSubgraphs(g, route);
+    verify("subgraph optimization");
     return g;
 }
+
+}  // namespace
+
+Graph optimizeGraph(const Graph& input, const RouteValues& route) { return optimizeIn(input, route, {}, false); }
 
 }  // namespace kiln

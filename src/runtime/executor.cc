@@ -48,6 +48,7 @@ void checkInputs(const Graph& g, const TensorMap& inputs) {
 }
 
 GraphExecutor::Profile::~Profile() {
+    if (ms.empty()) return;
     std::vector<std::pair<double, std::string>> rows;
     double total = 0;
     for (const auto& [op, t] : ms) {
@@ -65,6 +66,7 @@ GraphExecutor::GraphExecutor(const Graph& graph, const std::map<std::string, std
         profile_by_node_ = std::string(p) == "nodes";
     }
     std::set<std::string> missing;
+    subgraphs_.resize(graph.nodes.size());
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
         const Node& n = graph.nodes[i];
         auto t = tactics.find(n.name);
@@ -72,6 +74,19 @@ GraphExecutor::GraphExecutor(const Graph& graph, const std::map<std::string, std
         memos_.push_back(std::make_unique<KernelMemo>());
         if (!kernels_.back()) missing.insert(n.op_type);
         for (const auto& in : n.inputs) last_use_[in] = i;
+        for (const auto& attr : subgraphAttributes(n)) {
+            const std::string prefix = subgraphPrefix(n, attr);
+            std::map<std::string, std::string> inner;
+            for (auto it = tactics.lower_bound(prefix); it != tactics.end() && it->first.starts_with(prefix); ++it) inner[it->first.substr(prefix.size())] = it->second;
+            Subgraph sub{n.attrs.getGraph(attr), nullptr};
+            try {
+                sub.executor = std::make_unique<GraphExecutor>(*sub.graph, inner);
+            } catch (const Error& e) {
+                throw Error(n.describe() + " " + attr + ": " + e.what());
+            }
+            sub.executor->shareProfile(profile_, profile_by_node_);
+            subgraphs_[i].push_back(std::move(sub));
+        }
     }
     // What each node frees: inputs no later node reads, other than graph outputs and constants.
     std::set<std::string> outputs;
@@ -86,6 +101,12 @@ GraphExecutor::GraphExecutor(const Graph& graph, const std::map<std::string, std
     }
 }
 
+void GraphExecutor::shareProfile(const std::shared_ptr<Profile>& profile, bool by_node) {
+    profile_ = profile, profile_by_node_ = by_node;
+    for (auto& subs : subgraphs_)
+        for (auto& sub : subs) sub.executor->shareProfile(profile, by_node);
+}
+
 size_t GraphExecutor::lastUse(const std::string& value) const {
     for (const auto& o : graph_.outputs)
         if (o.name == value) return graph_.nodes.size();
@@ -93,11 +114,20 @@ size_t GraphExecutor::lastUse(const std::string& value) const {
     return it == last_use_.end() ? 0 : it->second;
 }
 
+const GraphExecutor& GraphExecutor::subgraph(size_t node_index, const Graph& g) const {
+    for (const auto& sub : subgraphs_[node_index])
+        if (sub.graph.get() == &g) return *sub.executor;
+    throw Error(graph_.nodes[node_index].describe() + ": subgraph '" + g.name + "' is not one of the node's");
+}
+
 std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* placer) const {
     checkInputs(graph_, inputs);
+    return execute(inputs, placer);
+}
+
+std::vector<Tensor> GraphExecutor::execute(TensorMap values, ValuePlacer* placer) const {
     // Computed values and the inputs; constants are read from the graph where they are
     // (copying them in cost a map node per constant per run).
-    TensorMap values = inputs;
     auto find = [&](const std::string& name) -> const Tensor* {
         if (auto it = values.find(name); it != values.end()) return &it->second;
         if (auto it = graph_.initializers.find(name); it != graph_.initializers.end()) return &it->second;
@@ -106,6 +136,8 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* pla
     for (size_t i = 0; i < graph_.nodes.size(); ++i) {
         const Node& node = graph_.nodes[i];
         KernelContext ctx{node, {}, graph_.opset, nullptr, placer, memos_[i].get()};
+        if (!subgraphs_[i].empty())
+            ctx.run_subgraph = [this, i](const Graph& g, const TensorMap& scope) { return subgraph(i, g).execute(scope, nullptr); };
         for (const auto& in : node.inputs) {
             if (in.empty()) {
                 ctx.inputs.push_back(nullptr);
@@ -115,7 +147,8 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* pla
             check(value != nullptr, [&] { return node.describe() + ": input '" + in + "' has no value"; });
             ctx.inputs.push_back(value);
         }
-        const auto t0 = profile_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        const bool timed = profile_ && subgraphs_[i].empty();  // a control-flow node's time is its subgraphs'
+        const auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
         std::vector<Tensor> outs;
         try {
             outs = kernels_[i](ctx);
@@ -130,7 +163,7 @@ std::vector<Tensor> GraphExecutor::run(const TensorMap& inputs, ValuePlacer* pla
         } catch (const std::out_of_range& e) {
             throw Error(node.describe() + ": index out of range (" + e.what() + ")");
         }
-        if (profile_) {
+        if (timed) {
             std::lock_guard<std::mutex> lock(profile_->mutex);
             profile_->ms[profile_by_node_ ? node.name : node.op_type] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         }

@@ -6,6 +6,8 @@
 #include <random>
 
 #include "engine/builder.h"
+#include "engine/coverage.h"
+#include "runtime/accuracy.h"
 #include "runtime/context.h"
 #include "runtime/executor.h"
 #include "test_helpers.h"
@@ -159,4 +161,68 @@ TEST(ControlFlow, ScanFollowsAxesAndDirections) {
     ASSERT_EQ(out[1].dims(), (Dims{2, 3}));
     // Reversed input: columns 3, 2, 1 are added in that order; output axis 1 in step order.
     EXPECT_EQ(out[1].toDoubleVector(), (std::vector<double>{3, 5, 6, 130, 150, 160}));
+}
+
+// A branch that convolves with an outer weight and a loop body that multiplies by one are
+// compiled like the top graph: the weights become the subgraphs' own constants, the conv and
+// matmul get fast tactics (named under the subgraph's prefix), and the results equal the
+// unoptimized graph's on the reference kernels, through a built and a reloaded engine.
+TEST(ControlFlow, SubgraphsAreCompiledWithFastKernels) {
+    std::mt19937 rng(11);
+    Graph g;
+    g.opset = 17;
+    g.inputs = {{"x", DType::F32, Shape::fromDims({1, 4, 6, 6})}, {"cond", DType::Bool, Shape::fromDims({})}, {"v", DType::F32, Shape::fromDims({3, 8})}};
+    g.initializers["w"] = randomTensor({8, 4, 3, 3}, rng);
+    g.initializers["m"] = randomTensor({8, 8}, rng);
+    g.initializers["trips"] = Tensor::scalar<int64_t>(3);
+    Node conv{"conv", "Conv", "", {"x", "w"}, {"c"}, {}};
+    conv.attrs.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    auto then_branch = subgraph("then", {}, {conv, Node{"relu", "Relu", "", {"c"}, {"t_out"}, {}}}, {"t_out"});
+    auto else_branch = subgraph("else", {}, {Node{"neg", "Neg", "", {"x"}, {"e_pre"}, {}}, Node{"tile", "Concat", "", {"e_pre", "e_pre"}, {"e_out"}, {}}}, {"e_out"});
+    else_branch->nodes[1].attrs.set("axis", int64_t{1});
+    Node branch{"if", "If", "", {"cond"}, {"y"}, {}};
+    branch.attrs.set("then_branch", then_branch);
+    branch.attrs.set("else_branch", else_branch);
+    // Loop: s <- tanh(s @ m) three times.
+    auto body = subgraph("body", {{"i", DType::I64, Shape::fromDims({})}, {"go", DType::Bool, Shape::fromDims({})}, {"s", DType::F32, Shape::fromDims({3, 8})}},
+                         {Node{"mm", "MatMul", "", {"s", "m"}, {"p"}, {}}, Node{"act", "Tanh", "", {"p"}, {"s_next"}, {}},
+                          Node{"keep", "Identity", "", {"go"}, {"go_next"}, {}}},
+                         {"go_next", "s_next"});
+    Node loop{"loop", "Loop", "", {"trips", "", "v"}, {"z"}, {}};
+    loop.attrs.set("body", body);
+    g.nodes = {branch, loop};
+    g.outputs = {{"y", DType::F32, {}}, {"z", DType::F32, {}}};
+    liftCaptures(g);
+
+    Builder b(g, "");
+    const Engine built = b.build();
+    const Node* built_if = nullptr;
+    for (const auto& n : built.graph.nodes)
+        if (n.op_type == "If") built_if = &n;
+    ASSERT_NE(built_if, nullptr);
+    EXPECT_EQ(built_if->attrs.getStrings("captures"), (std::vector<std::string>{"x"})) << "the weight stays a capture";
+    for (const auto& [name, tactic] : built.tactics)
+        if (name.starts_with("if/then_branch/") || name.starts_with("loop/body/mm")) EXPECT_NE(tactic, "reference") << name;
+    EXPECT_TRUE(built.tactics.count("loop/body/mm")) << "no tactic chosen for the loop body's matmul";
+    bool then_conv = false;  // fused with its Relu: "conv_fused"
+    for (const auto& [name, tactic] : built.tactics) then_conv |= name.starts_with("if/then_branch/conv") && tactic != "reference";
+    EXPECT_TRUE(then_conv) << "the then branch's convolution has no conv tactic";
+    for (const auto& slow : referenceKernelNodes(built)) EXPECT_NE(slow.op, "Conv") << slow.node;
+
+    const auto path = std::filesystem::temp_directory_path() / "kiln_control_flow_fast.engine";
+    writeEngine(built, path);
+    const Engine loaded = readEngine(path);
+    std::filesystem::remove(path);
+    const Tensor x = randomTensor({1, 4, 6, 6}, rng), v = randomTensor({3, 8}, rng);
+    for (bool cond : {true, false}) {
+        const TensorMap in{{"x", x}, {"cond", Tensor::scalar<bool>(cond)}, {"v", v}};
+        const auto want = GraphExecutor(g).run(in);
+        for (const auto& got : {ExecutionContext(built).run(in), ExecutionContext(loaded).run(in)}) {
+            ASSERT_EQ(got.size(), 2u);
+            for (size_t k = 0; k < 2; ++k) {
+                ASSERT_EQ(got[k].dims(), want[k].dims()) << "output " << k << " cond " << cond;
+                EXPECT_LT(compareOutputs(got[k], want[k], "out").rel_l2, 1e-5) << "output " << k << " cond " << cond;
+            }
+        }
+    }
 }
