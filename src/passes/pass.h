@@ -29,7 +29,7 @@ const std::vector<Pass>& passPipeline();
 // Every parameter the passes declare.
 std::vector<ParameterSpec> passParameters();
 // Runs every pass on a copy of `g`, verifying the graph after each one; then, the same way,
-// on each subgraph (If, Loop, Scan), the outer constants it reads made its own.
+// for the CPU, on each subgraph (If, Loop, Scan), the outer constants it reads made its own.
 Graph optimizeGraph(const Graph& g, const RouteValues& route);
 
 // The passes, one per file.

@@ -49,8 +49,11 @@ namespace {
 Graph optimizeIn(const Graph& input, const RouteValues& route, const std::set<std::string>& outer, bool nested);
 
 // Subgraphs (If branches, Loop and Scan bodies) go through the whole pipeline as graphs of
-// their own, after the graph around them, so that their nodes get fast kernels too.
+// their own, after the graph around them, so that their nodes get fast kernels too. On CPU
+// only: a CUDA engine runs control flow on the host's reference kernels, which need the ops
+// as imported.
 void optimizeSubgraphs(Graph& g, const RouteValues& route) {
+    if (passTarget(route) != "cpu") return;
     bool sunk = false;
     for (auto& node : g.nodes) {
         const auto attrs = subgraphAttributes(node);

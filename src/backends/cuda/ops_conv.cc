@@ -1,3 +1,5 @@
+#include <cstdio>
+#include <cstdlib>
 // Conv and FusedConv through cuDNN (NCHW, or NHWC for nodes the layout pass marked),
 // followed by one epilogue kernel for bias, residual and activation. The cuDNN forward
 // algorithm is the node's tactic ("cudnn:<algo>"): auto times cuDNN's heuristic and search
@@ -130,6 +132,7 @@ cudnnConvolutionFwdAlgo_t firstThatRuns(OpContext& ctx, const ConvPlan& p, const
         if (cudnnGetConvolutionForwardWorkspaceSize(ctx.res.dnn(), p.x, p.w, p.conv, p.y, a, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxWorkspace) continue;
         const cudnnStatus_t status =
             cudnnConvolutionForward(ctx.res.dnn(), &one, p.x, x, p.w, w, p.conv, a, ctx.res.scratch(0, bytes), bytes, &zero, p.y, y);
+        if (std::getenv("KILN_DEBUG_CONV")) std::fprintf(stderr, "DEBUGCONV trial algo=%d bytes=%zu status=%s\n", int(a), bytes, cudnnGetErrorString(status));
         if (status == CUDNN_STATUS_SUCCESS) return a;
         refused += (refused.empty() ? "" : ", ") + std::to_string(static_cast<int>(a)) + " (" + cudnnGetErrorString(status) + ")";
     }
@@ -178,6 +181,7 @@ void chooseAlgorithm(OpContext& ctx, ConvPlan& p, const void* x, const void* w, 
             p.algo = firstThatRuns(ctx, p, x, w, y, perf, found);
         }
     }
+ if (std::getenv("KILN_DEBUG_CONV")) std::fprintf(stderr, "DEBUGCONV %s tactic='%s' calibrate=%d algo=%d\n", ctx.node.name.c_str(), ctx.tactic.c_str(), int(ctx.calibrate), int(p.algo));
     ctx.require(workspaceOf(p.algo, &p.workspace), "cuDNN algorithm " + std::to_string(static_cast<int>(p.algo)) + " does not fit this convolution");
     ctx.chosen_tactic = "cudnn:" + std::to_string(static_cast<int>(p.algo));
 }
