@@ -409,6 +409,47 @@ TEST(FastBackend, RecurrentTacticMatchesReference) {
     }
 }
 
+// The standard cells exporters write (default activations, full-length rows) take the
+// vectorized, threaded recurrence: against the reference over directions, layouts, batch
+// sizes, hidden sizes that do and do not split into whole vectors, GRU's two reset forms,
+// and 1, 2 and 4 threads (one direction split among threads, directions side by side, in turn).
+TEST(FastBackend, StandardRecurrentCellsMatchReferenceOnEveryThreadCount) {
+    std::mt19937 rng(44);
+    const int previous = cpuThreads();
+    for (int threads : {1, 2, 4}) {
+        setCpuThreads(threads);
+        for (const char* op : {"LSTM", "GRU"}) {
+            const int64_t G = std::string(op) == "LSTM" ? 4 : 3;
+            for (int variant = 0; variant < 6; ++variant) {
+                // Variants 4 and 5 are large enough (64k multiply-adds a step) to be shared among threads.
+                const int64_t S = 9, B = variant >= 4 ? 4 : variant % 2 ? 3 : 1, I = 7, H = variant < 3 ? 21 : variant == 3 ? 40 : 130;
+                const std::string direction = variant % 3 == 0 ? "forward" : variant % 3 == 1 ? "reverse" : "bidirectional";
+                const int64_t D = direction == "bidirectional" ? 2 : 1;
+                const bool batch_major = variant == 4;
+                Case c{node(op), {randomTensor(batch_major ? Dims{B, S, I} : Dims{S, B, I}, rng), randomTensor({D, G * H, I}, rng, -0.5f, 0.5f),
+                                  randomTensor({D, G * H, H}, rng, -0.5f, 0.5f), randomTensor({D, 2 * G * H}, rng)}};
+                c.node.outputs = {"y", "y_h"};
+                c.node.attrs.set("direction", direction);
+                c.node.attrs.set("hidden_size", H);
+                if (batch_major) c.node.attrs.set("layout", int64_t{1});
+                c.inputs.push_back(variant == 5 ? Tensor::fromVector<int32_t>({B}, std::vector<int32_t>(static_cast<size_t>(B), static_cast<int32_t>(S))) : Tensor());
+                c.inputs.push_back(randomTensor(batch_major ? Dims{B, D, H} : Dims{D, B, H}, rng));
+                if (G == 4) {
+                    c.node.outputs.push_back("y_c");
+                    c.inputs.push_back(randomTensor(batch_major ? Dims{B, D, H} : Dims{D, B, H}, rng));
+                } else {
+                    c.node.attrs.set("linear_before_reset", int64_t{variant % 2});
+                }
+                if (variant == 3) c.node.attrs.set("activations", G == 4 ? std::vector<std::string>{"sigmoid", "tanh", "tanh"} : std::vector<std::string>{"Sigmoid", "Tanh"});
+                SCOPED_TRACE(std::string(op) + " " + direction + (batch_major ? " batch-major" : "") + " B " + std::to_string(B) + " H " + std::to_string(H) +
+                             " threads " + std::to_string(threads));
+                expectTacticMatchesReference(c, "blas");
+            }
+        }
+    }
+    setCpuThreads(previous);
+}
+
 // The recurrence's arithmetic, not only its two product implementations: a one-step,
 // one-unit LSTM and GRU worked by hand.
 TEST(FastBackend, RecurrentStepMatchesHandComputedGates) {

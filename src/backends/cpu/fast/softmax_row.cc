@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backends/cpu/fast/simd_math.h"
 #include "backends/cpu/fast/tactics.h"
 
 namespace kiln {
@@ -18,28 +19,6 @@ void softmaxRowScalar(float* x, int64_t len) {
     for (int64_t j = 0; j < len; ++j) sum += (x[j] = std::exp(x[j] - mx));
     const float inv = 1.0f / sum;
     for (int64_t j = 0; j < len; ++j) x[j] *= inv;
-}
-
-// exp(x) for x <= 0 (scores minus their maximum), Cephes' expf: x = n ln2 + r, a degree-5
-// polynomial in r, 2^n through the exponent bits; about 1 ulp. Inputs below -87.3 give 0
-// (as expf underflows); NaN stays NaN (min/max return their second operand on NaN).
-__attribute__((target("avx2,fma"))) inline __m256 expNonPositive(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.3f);
-    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(lo, _mm256_min_ps(_mm256_setzero_ps(), x));
-    const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    const __m256i pow2n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
-    y = _mm256_mul_ps(y, _mm256_castsi256_ps(pow2n));
-    return _mm256_andnot_ps(under, y);  // NaN compares false: it stays
 }
 
 __attribute__((target("avx2,fma"))) void softmaxRowAvx2(float* x, int64_t len) {

@@ -88,44 +88,81 @@ void requireDims(const KernelContext& ctx, const Tensor& t, const Dims& want, co
 
 }  // namespace
 
-std::vector<Tensor> recurrentKernel(const KernelContext& ctx, RecurrentGemm gemm) {
+RecurrentProblem recurrentProblem(const KernelContext& ctx) {
+    RecurrentProblem p;
     const std::string& op = ctx.node.op_type;
-    const bool lstm = op == "LSTM", gru = op == "GRU";
-    const int64_t G = lstm ? 4 : gru ? 3 : 1;    // gates
-    const size_t per = lstm ? 3 : gru ? 2 : 1;  // activation functions per direction: f, g[, h]
+    p.lstm = op == "LSTM", p.gru = op == "GRU";
+    p.G = p.lstm ? 4 : p.gru ? 3 : 1;
     const Tensor& x = ctx.input(0);
     ctx.require(x.rank() == 3 && x.dtype() == DType::F32, "X must be a rank-3 f32 tensor, it is " + x.summary());
-    const bool batch_major = ctx.attrs().getInt("layout", 0) != 0;
-    const int64_t S = x.dims()[batch_major ? 1 : 0], B = x.dims()[batch_major ? 0 : 1], I = x.dims()[2];
-    const std::string direction = ctx.attrs().getString("direction", "forward");
-    ctx.require(direction == "forward" || direction == "reverse" || direction == "bidirectional", "direction '" + direction + "' is not forward, reverse or bidirectional");
-    const int64_t D = direction == "bidirectional" ? 2 : 1;
-    const Tensor& w = ctx.input(1);
+    p.batch_major = ctx.attrs().getInt("layout", 0) != 0;
+    p.S = x.dims()[p.batch_major ? 1 : 0], p.B = x.dims()[p.batch_major ? 0 : 1], p.I = x.dims()[2];
+    p.direction = ctx.attrs().getString("direction", "forward");
+    ctx.require(p.direction == "forward" || p.direction == "reverse" || p.direction == "bidirectional",
+                "direction '" + p.direction + "' is not forward, reverse or bidirectional");
+    p.D = p.direction == "bidirectional" ? 2 : 1;
     const Tensor& r = ctx.input(2);
     ctx.require(r.rank() == 3, "R must be rank 3, it is " + r.summary());
-    const int64_t H = ctx.attrs().getInt("hidden_size", r.dims()[2]), GH = G * H;
-    ctx.require(H > 0, "hidden_size must be positive");
-    requireDims(ctx, w, {D, GH, I}, "W");
+    p.H = ctx.attrs().getInt("hidden_size", r.dims()[2]);
+    ctx.require(p.H > 0, "hidden_size must be positive");
+    const int64_t GH = p.G * p.H, S = p.S, B = p.B, D = p.D, H = p.H;
+    requireDims(ctx, ctx.input(1), {D, GH, p.I}, "W");
     requireDims(ctx, r, {D, GH, H}, "R");
-    const Tensor* bias = ctx.optionalInput(3);
-    if (bias) requireDims(ctx, *bias, {D, 2 * GH}, "B");
-    std::vector<int64_t> lens(static_cast<size_t>(B), S);
+    if (const Tensor* bias = ctx.optionalInput(3)) requireDims(ctx, *bias, {D, 2 * GH}, "B");
+    p.lens.assign(static_cast<size_t>(B), S);
     if (const Tensor* sl = ctx.optionalInput(4)) {
         ctx.require(sl->numel() == B, "sequence_lens must hold one length per batch row");
         for (int64_t b = 0; b < B; ++b) {
-            lens[static_cast<size_t>(b)] = static_cast<int64_t>(sl->scalarAt(b));
-            ctx.require(lens[static_cast<size_t>(b)] >= 0 && lens[static_cast<size_t>(b)] <= S, "sequence_lens has a length outside [0, sequence length]");
+            p.lens[static_cast<size_t>(b)] = static_cast<int64_t>(sl->scalarAt(b));
+            ctx.require(p.lens[static_cast<size_t>(b)] >= 0 && p.lens[static_cast<size_t>(b)] <= S, "sequence_lens has a length outside [0, sequence length]");
         }
     }
-    const Dims state_dims = batch_major ? Dims{B, D, H} : Dims{D, B, H};
+    const Dims state_dims = p.batch_major ? Dims{B, D, H} : Dims{D, B, H};
     auto timeMajorState = [&](size_t i, const char* what) -> std::vector<float> {
         const Tensor* t = ctx.optionalInput(i);
         if (!t) return std::vector<float>(static_cast<size_t>(D * B * H), 0.0f);
         requireDims(ctx, *t, state_dims, what);
-        return batch_major ? swapLeadingAxes(t->data<float>(), B, D, H) : std::vector<float>(t->data<float>(), t->data<float>() + t->numel());
+        return p.batch_major ? swapLeadingAxes(t->data<float>(), B, D, H) : std::vector<float>(t->data<float>(), t->data<float>() + t->numel());
     };
-    std::vector<float> h_all = timeMajorState(5, "initial_h");
-    std::vector<float> c_all = lstm ? timeMajorState(6, "initial_c") : std::vector<float>();
+    p.h = timeMajorState(5, "initial_h");
+    if (p.lstm) p.c = timeMajorState(6, "initial_c");
+    tensorBytes(DType::F32, {S, D, B, H}, ctx.node.describe() + " output Y");
+    tensorBytes(DType::F32, {S, B, GH}, ctx.node.describe() + " input projection");
+    p.xs = p.batch_major ? swapLeadingAxes(x.data<float>(), B, S, p.I) : std::vector<float>(x.data<float>(), x.data<float>() + x.numel());
+    return p;
+}
+
+std::vector<Tensor> recurrentOutputs(const RecurrentProblem& p, const std::vector<float>& y) {
+    std::vector<Tensor> outs;
+    auto emit = [&](const std::vector<float>& v, int64_t lead, int64_t second, int64_t rest, const Dims& time_major, const Dims& batch_major_dims) {
+        Tensor t = Tensor::uninitialized(DType::F32, p.batch_major ? batch_major_dims : time_major);
+        if (p.batch_major) {
+            const std::vector<float> data = swapLeadingAxes(v.data(), lead, second, rest);
+            std::memcpy(t.raw(), data.data(), data.size() * sizeof(float));
+        } else {
+            std::memcpy(t.raw(), v.data(), v.size() * sizeof(float));
+        }
+        outs.push_back(std::move(t));
+    };
+    // Time-major [S, dirs, B, H] is batch-major [B, S, dirs, H] with [S*dirs, B] swapped.
+    emit(y, p.S * p.D, p.B, p.H, {p.S, p.D, p.B, p.H}, {p.B, p.S, p.D, p.H});
+    emit(p.h, p.D, p.B, p.H, {p.D, p.B, p.H}, {p.B, p.D, p.H});
+    if (p.lstm) emit(p.c, p.D, p.B, p.H, {p.D, p.B, p.H}, {p.B, p.D, p.H});
+    return outs;
+}
+
+std::vector<Tensor> recurrentKernel(const KernelContext& ctx, RecurrentGemm gemm) {
+    RecurrentProblem p = recurrentProblem(ctx);
+    const bool lstm = p.lstm, gru = p.gru;
+    const size_t per = lstm ? 3 : gru ? 2 : 1;  // activation functions per direction: f, g[, h]
+    const int64_t S = p.S, B = p.B, I = p.I, D = p.D, H = p.H, GH = p.G * p.H;
+    const std::string& direction = p.direction;
+    const std::vector<int64_t>& lens = p.lens;
+    const Tensor& w = ctx.input(1);
+    const Tensor& r = ctx.input(2);
+    const Tensor* bias = ctx.optionalInput(3);
+    std::vector<float>& h_all = p.h;
+    std::vector<float>& c_all = p.c;
     const Tensor* peep = lstm ? ctx.optionalInput(7) : nullptr;
     if (peep) requireDims(ctx, *peep, {D, 3 * H}, "P");
     const float clip = ctx.attrs().has("clip") ? ctx.attrs().getFloat("clip", 0) : std::numeric_limits<float>::infinity();
@@ -134,10 +171,7 @@ std::vector<Tensor> recurrentKernel(const KernelContext& ctx, RecurrentGemm gemm
     const bool linear_before_reset = gru && ctx.attrs().getInt("linear_before_reset", 0) != 0;
     const std::vector<std::string> default_acts = lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"} : gru ? std::vector<std::string>{"Sigmoid", "Tanh"} : std::vector<std::string>{"Tanh"};
     const std::vector<Activation> acts = parseActivations(ctx, default_acts, per, static_cast<size_t>(D));
-    tensorBytes(DType::F32, {S, D, B, H}, ctx.node.describe() + " output Y");
-    tensorBytes(DType::F32, {S, B, GH}, ctx.node.describe() + " input projection");
-
-    const std::vector<float> xs = batch_major ? swapLeadingAxes(x.data<float>(), B, S, I) : std::vector<float>(x.data<float>(), x.data<float>() + x.numel());
+    const std::vector<float>& xs = p.xs;
     std::vector<float> y(static_cast<size_t>(S * D * B * H), 0.0f);
     std::vector<float> xw(static_cast<size_t>(S * B * GH)), hr(static_cast<size_t>(B * GH)), rh(static_cast<size_t>(B * H)), hr_bias(static_cast<size_t>(GH));
     auto clipped = [clip](float v) { return std::clamp(v, -clip, clip); };
@@ -214,18 +248,7 @@ std::vector<Tensor> recurrentKernel(const KernelContext& ctx, RecurrentGemm gemm
             }
         }
     }
-    std::vector<Tensor> outs;
-    auto emit = [&](const std::vector<float>& v, int64_t lead, int64_t second, int64_t rest, const Dims& time_major, const Dims& batch_major_dims) {
-        Tensor t = Tensor::uninitialized(DType::F32, batch_major ? batch_major_dims : time_major);
-        const std::vector<float> data = batch_major ? swapLeadingAxes(v.data(), lead, second, rest) : v;
-        std::memcpy(t.raw(), data.data(), data.size() * sizeof(float));
-        outs.push_back(std::move(t));
-    };
-    // Time-major [S, dirs, B, H] is batch-major [B, S, dirs, H] with [S*dirs, B] swapped.
-    emit(y, S * D, B, H, {S, D, B, H}, {B, S, D, H});
-    emit(h_all, D, B, H, {D, B, H}, {B, D, H});
-    if (lstm) emit(c_all, D, B, H, {D, B, H}, {B, D, H});
-    return outs;
+    return recurrentOutputs(p, y);
 }
 
 namespace {
