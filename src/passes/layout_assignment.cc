@@ -13,6 +13,7 @@
 // - auto: on the CPU when Kiln has oneDNN (the only kernels that run it fast), nchw16c where
 //   the building machine has AVX-512 (oneDNN runs 8-channel blocks with its AVX2 kernels:
 //   half the vector width) and nchw8c elsewhere; else NCHW.
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -122,6 +123,17 @@ bool blockableBinary(const Node& n) {
     return n.domain.empty() && ops.count(n.op_type) && n.inputs.size() == 2 && n.outputs.size() == 1;
 }
 
+// A blocked value divided by a constant without zeros (a scalar or one per channel): the
+// zero lanes stay zero (HardSwish as exporters write it: x * relu6(x + 3) / 6).
+bool blockableDivision(const Graph& g, const Node& n, const std::map<std::string, int64_t>& channels) {
+    if (!n.domain.empty() || n.op_type != "Div" || n.inputs.size() != 2 || n.outputs.size() != 1 || !channels.count(n.inputs[0])) return false;
+    const Tensor* d = constantOf(g, n.inputs[1]);
+    if (!d || d->dtype() != DType::F32 || (d->numel() != 1 && !perChannelConstant(g, n.inputs[1], channels.at(n.inputs[0])))) return false;
+    for (float v : d->span<float>())
+        if (v == 0 || !std::isfinite(v)) return false;
+    return true;
+}
+
 void assignBlockedLayout(Graph& g, int64_t block) {
     // In graph (topological) order: convs by their weights; pools, elementwise ops and
     // channel Concats when a data input comes blocked from a node converted before them.
@@ -139,6 +151,8 @@ void assignBlockedLayout(Graph& g, int64_t block) {
             bool scalars = true;  // Clip's bounds
             for (size_t k = 1; k < n.inputs.size(); ++k) scalars &= n.inputs[k].empty() || scalarConstant(g, n.inputs[k], &v);
             if (scalars) kind = "eltwise", channels[n.outputs[0]] = channels[n.inputs[0]];
+        } else if (blockableDivision(g, n, channels)) {
+            kind = "eltwise", channels[n.outputs[0]] = channels[n.inputs[0]];
         } else if (blockableBinary(n) && (channels.count(n.inputs[0]) || channels.count(n.inputs[1]))) {
             const int64_t c = channels.count(n.inputs[0]) ? channels[n.inputs[0]] : channels[n.inputs[1]];
             bool ok = true;

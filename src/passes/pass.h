@@ -42,6 +42,7 @@ Pass transposeCancelPass();
 Pass batchNormFoldingPass();
 Pass layerNormFusionPass();
 Pass geluFusionPass();
+Pass hardSwishFusionPass();
 Pass attentionFusionPass();
 Pass horizontalMatMulFusionPass();
 Pass gemmBiasActivationFusionPass();

@@ -19,6 +19,7 @@ const std::vector<Pass>& passPipeline() {
         batchNormFoldingPass(),
         layerNormFusionPass(),
         geluFusionPass(),
+        hardSwishFusionPass(),
         softmaxFusionPass(),
         attentionFusionPass(),
         horizontalMatMulFusionPass(),

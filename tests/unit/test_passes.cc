@@ -19,33 +19,7 @@ using namespace kiln;
 using namespace kiln::testing;
 namespace fs = std::filesystem;
 
-namespace {
-RouteValues defaults() { return BuildRoute::defaults(Builder::space()).values(); }
-
-std::vector<std::string> opTypes(const Graph& g) {
-    std::vector<std::string> ops;
-    for (const auto& n : g.nodes) ops.push_back(n.op_type);
-    return ops;
-}
-
-Graph withInput(const Dims& dims) {
-    Graph g;
-    g.opset = 17;
-    g.inputs = {{"x", DType::F32, Shape::fromDims(dims)}};
-    return g;
-}
-
-void scalar(Graph& g, const std::string& name, float v) { g.initializers[name] = Tensor::scalar<float>(v); }
-
-// Runs the graph before and after the pass on a random input and compares.
-void expectSameOutputs(const Graph& before, const Graph& after, const Dims& dims, double tol = 1e-5) {
-    std::mt19937 rng(9);
-    TensorMap in = {{"x", randomTensor(dims, rng, -2, 2)}};
-    auto a = GraphExecutor(before).run(in), b = GraphExecutor(after).run(in);
-    ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_LT(compareOutputs(b[i], a[i], "y").rel_l2, tol);
-}
-}  // namespace
+#include "pass_test_helpers.h"
 
 // Constant folding materializes a Transpose of a weight above the size limit (its output is
 // no larger than its input: GPT-2's tied LM head), but not an Expand that would blow a small
@@ -87,35 +61,6 @@ TEST(Passes, LayerNormPatternBecomesOneNode) {
     EXPECT_EQ(opTypes(after), std::vector<std::string>{"LayerNormalization"});
     EXPECT_EQ(after.nodes[0].inputs, (std::vector<std::string>{"x", "gamma", "beta"}));
     expectSameOutputs(g, after, {2, 8});
-}
-
-TEST(Passes, GeluErfAndTanhFormsFuse) {
-    for (bool erf : {true, false}) {
-        Graph g = withInput({3, 5});
-        scalar(g, "half", 0.5f);
-        scalar(g, "one", 1.0f);
-        if (erf) {
-            scalar(g, "sqrt2", std::sqrt(2.0f));
-            g.nodes = {Node{"d", "Div", "", {"x", "sqrt2"}, {"a"}, {}}, Node{"e", "Erf", "", {"a"}, {"b"}, {}}};
-        } else {
-            scalar(g, "three", 3.0f);
-            scalar(g, "c", 0.044715f);
-            scalar(g, "k", std::sqrt(2.0f / static_cast<float>(M_PI)));
-            g.nodes = {Node{"p", "Pow", "", {"x", "three"}, {"x3"}, {}}, Node{"m", "Mul", "", {"x3", "c"}, {"cx3"}, {}},
-                       Node{"s", "Add", "", {"x", "cx3"}, {"in"}, {}}, Node{"k", "Mul", "", {"in", "k"}, {"a"}, {}},
-                       Node{"e", "Tanh", "", {"a"}, {"b"}, {}}};
-        }
-        g.nodes.push_back(Node{"h", "Mul", "", {"x", "half"}, {"xh"}, {}});
-        g.nodes.push_back(Node{"o", "Add", "", {"b", "one"}, {"b1"}, {}});
-        g.nodes.push_back(Node{"y", "Mul", "", {"xh", "b1"}, {"y"}, {}});
-        g.outputs = {{"y", DType::F32, {}}};
-        topologicalSort(g);
-        Graph after = g;
-        geluFusionPass().run(after, defaults());
-        ASSERT_EQ(opTypes(after), std::vector<std::string>{"Gelu"}) << erf;
-        EXPECT_EQ(after.nodes[0].attrs.getString("approximate", ""), erf ? "none" : "tanh");
-        expectSameOutputs(g, after, {3, 5});
-    }
 }
 
 TEST(Passes, BatchNormFoldsIntoConvWeights) {

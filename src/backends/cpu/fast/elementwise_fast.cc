@@ -33,7 +33,8 @@ bool binOpNamed(const std::string& name, BinOp* op) {
 
 // v[i] = v[i] op o[i] (or o[0] when scalar), operands swapped when `swapped`.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void chainBinary(float* v, int64_t n, const float* o, bool scalar, BinOp op, bool swapped) {
-    auto apply = [&](auto f) {
+    // Inlined: a lambda is a function of its own, which the target clones would not cover.
+    auto apply = [&](auto f) __attribute__((always_inline)) {
         if (scalar) {
             const float c = o[0];
             if (swapped)
@@ -62,8 +63,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void chainBinary(fl
 // many (a blocked per-channel constant over a channel block's pixels), in one loop nest
 // rather than one call per run of 8 or 16 values.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void chainPeriodic(float* v, int64_t runs, int64_t len, const float* o, BinOp op, bool swapped) {
-    auto apply = [&](auto f) {
-        auto rows = [&](auto run_len) {
+    // Inlined: a lambda is a function of its own, which the target clones would not cover.
+    auto apply = [&](auto f) __attribute__((always_inline)) {
+        auto rows = [&](auto run_len) __attribute__((always_inline)) {
             const int64_t l = run_len;
             for (int64_t r = 0; r < runs; ++r) {
                 float* w = v + r * l;
