@@ -399,10 +399,14 @@ struct CudaExecutor::Impl {
             return it == last_use.end() ? size_t(0) : it->second;
         };
         for (const auto& r : rs.recorded) end[r.value] = std::max(end[r.value], lastUseOf(r.value));
-        for (const auto& [view, owner] : rs.root)
-            if (end.count(owner)) end[owner] = std::max(end[owner], lastUseOf(view));
         for (const auto& vi : graph.runtimeInputs())  // converted inputs live until their last reader
             if (end.count(vi.name + "#storage")) end[vi.name + "#storage"] = std::max(end[vi.name + "#storage"], lastUseOf(vi.name));
+        // Views live as long as their readers, views of converted inputs too (a conv reading an
+        // Unsqueeze of an f16 input must not get the input's buffer as its output: cuDNN
+        // refuses x == y, and the values would be overwritten as they are read).
+        for (const auto& [view, owner] : rs.root)
+            for (const std::string& o : {owner, owner + "#storage"})
+                if (end.count(o)) end[o] = std::max(end[o], lastUseOf(view));
         for (const auto& r : rs.recorded) requests.push_back({r.node, std::max(end[r.value], r.node), r.bytes});
         sig.plan = planMemory(requests, routeValue(options.route, "memory.planner"));
         sig.arena.ensure(roundUp(sig.plan.arena_bytes));

@@ -1,5 +1,3 @@
-#include <cstdio>
-#include <cstdlib>
 // Conv and FusedConv through cuDNN (NCHW, or NHWC for nodes the layout pass marked),
 // followed by one epilogue kernel for bias, residual and activation. The cuDNN forward
 // algorithm is the node's tactic ("cudnn:<algo>"): auto times cuDNN's heuristic and search
@@ -112,11 +110,10 @@ void appendAlgorithms(const cudnnConvolutionFwdAlgoPerf_t* perf, int found, size
     }
 }
 
-// The heuristic's first proposal that runs, then any other algorithm that does: cuDNN 9's
-// heuristic proposed algorithms that cudnnConvolutionForward then refused (NOT_SUPPORTED) for
-// fp16 1 x K convs over long rows (Whisper's and wav2vec2's stems as 2-D convs). Each is tried
-// once, into y, when the plan is made (never during a graph capture: plans are made in the
-// first, recorded run).
+// The heuristic's first proposal that runs, then any other algorithm that does, so that a
+// convolution cuDNN refuses for one algorithm takes another, and one no algorithm runs goes
+// to the host with the reasons instead of failing the run. Each is tried once, into y, when
+// the plan is made (never during a graph capture: plans are made in the first, recorded run).
 cudnnConvolutionFwdAlgo_t firstThatRuns(OpContext& ctx, const ConvPlan& p, const void* x, const void* w, void* y, const cudnnConvolutionFwdAlgoPerf_t* perf,
                                         int found) {
     constexpr size_t kMaxWorkspace = 256u << 20;
@@ -132,7 +129,6 @@ cudnnConvolutionFwdAlgo_t firstThatRuns(OpContext& ctx, const ConvPlan& p, const
         if (cudnnGetConvolutionForwardWorkspaceSize(ctx.res.dnn(), p.x, p.w, p.conv, p.y, a, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxWorkspace) continue;
         const cudnnStatus_t status =
             cudnnConvolutionForward(ctx.res.dnn(), &one, p.x, x, p.w, w, p.conv, a, ctx.res.scratch(0, bytes), bytes, &zero, p.y, y);
-        if (std::getenv("KILN_DEBUG_CONV")) std::fprintf(stderr, "DEBUGCONV trial algo=%d bytes=%zu status=%s\n", int(a), bytes, cudnnGetErrorString(status));
         if (status == CUDNN_STATUS_SUCCESS) return a;
         refused += (refused.empty() ? "" : ", ") + std::to_string(static_cast<int>(a)) + " (" + cudnnGetErrorString(status) + ")";
     }
@@ -181,7 +177,6 @@ void chooseAlgorithm(OpContext& ctx, ConvPlan& p, const void* x, const void* w, 
             p.algo = firstThatRuns(ctx, p, x, w, y, perf, found);
         }
     }
- if (std::getenv("KILN_DEBUG_CONV")) std::fprintf(stderr, "DEBUGCONV %s tactic='%s' calibrate=%d algo=%d\n", ctx.node.name.c_str(), ctx.tactic.c_str(), int(ctx.calibrate), int(p.algo));
     ctx.require(workspaceOf(p.algo, &p.workspace), "cuDNN algorithm " + std::to_string(static_cast<int>(p.algo)) + " does not fit this convolution");
     ctx.chosen_tactic = "cudnn:" + std::to_string(static_cast<int>(p.algo));
 }
