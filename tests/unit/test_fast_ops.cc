@@ -75,6 +75,11 @@ TEST(FastBackend, BinaryBroadcastsMatchReference) {
             Case c{node(op), {randomTensor(a, rng, pow ? 0.5 : -2, 2), randomTensor(b, rng, pow ? -1.5 : 0.5, 2)}};
             expectTacticMatchesReference(c, "fast");
         }
+    // Squares take their own loop: exactly powf's, negative bases and extremes included.
+    Tensor base = randomTensor({3, 700}, rng, -1e19f, 1e19f);
+    base.data<float>()[0] = -0.0f, base.data<float>()[1] = 1e-30f, base.data<float>()[2] = -3.0f;
+    Case square{node("Pow"), {base, Tensor::scalar<float>(2.0f)}};
+    expectTacticMatchesReference(square, "fast");
 }
 
 // ElementwiseChain operands that broadcast into the chain's input: per-channel scale and

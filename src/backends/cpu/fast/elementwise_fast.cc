@@ -47,6 +47,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void chainBinary(fl
             for (int64_t i = 0; i < n; ++i) v[i] = f(v[i], o[i]);
         }
     };
+    if (op == BinOp::Pow && scalar && !swapped && o[0] == 2.0f) {  // squares (STFT magnitudes, variances): powf(x, 2) is x * x exactly
+        for (int64_t i = 0; i < n; ++i) v[i] *= v[i];
+        return;
+    }
     switch (op) {
         case BinOp::Add: return apply([](float l, float r) { return l + r; });
         case BinOp::Sub: return apply([](float l, float r) { return l - r; });
