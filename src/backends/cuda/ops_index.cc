@@ -1,5 +1,5 @@
 // GPU implementations of Pad (every mode, negative pads crop), Tile (a strided copy over a
-// view of twice the rank: each repeat reads the same input), CumSum and GatherND.
+// view of twice the rank: each repeat reads the same input), CumSum, GatherND and GatherElements.
 #include <algorithm>
 #include <cstring>
 
@@ -144,6 +144,31 @@ std::vector<DeviceTensor> gatherNd(OpContext& ctx) {
     return {y};
 }
 
+std::vector<DeviceTensor> gatherElements(OpContext& ctx) {
+    const DeviceTensor& data = ctx.input(0);
+    const DeviceTensor& idx = ctx.input(1);
+    if (idx.dtype != DType::I64 && idx.dtype != DType::I32) ctx.unsupported(std::string("indices of ") + std::string(dtypeName(idx.dtype)));
+    const int64_t rank = static_cast<int64_t>(data.dims.size());
+    ctx.require(static_cast<int64_t>(idx.dims.size()) == rank, "indices must have the rank of data");
+    if (rank > kMaxRank) ctx.unsupported("rank " + std::to_string(rank));
+    int64_t axis = ctx.attrs().getInt("axis", 0);
+    if (axis < 0) axis += rank;
+    ctx.require(axis >= 0 && axis < rank, "axis out of range");
+    View6 strides;
+    int64_t stride = 1;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+        strides.strides[d] = stride;
+        stride *= data.dims[d];
+    }
+    DeviceTensor y = ctx.output(0, data.logical, idx.dims);
+    if (y.numel() > 0) {
+        ctx.require(data.dims[axis] > 0, "gathers from an empty axis");
+        launchGatherElements(dtypeSize(data.dtype), data.data, strides, static_cast<int>(axis), data.dims[axis], idx.dtype, idx.data, y.data,
+                             toShape6(idx.dims, ctx), ctx.stream());
+    }
+    return {y};
+}
+
 }  // namespace
 
 void addIndexOps(std::map<std::string, OpFn>& ops) {
@@ -151,6 +176,7 @@ void addIndexOps(std::map<std::string, OpFn>& ops) {
     ops["Tile"] = tile;
     ops["CumSum"] = cumSum;
     ops["GatherND"] = gatherNd;
+    ops["GatherElements"] = gatherElements;
 }
 
 }  // namespace kiln::cuda

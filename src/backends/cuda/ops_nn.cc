@@ -29,6 +29,22 @@ std::vector<DeviceTensor> layerNorm(OpContext& ctx) {
     return {y};
 }
 
+// InstanceNormalization: each (n, c) plane normalized on its own, then scale[c] and B[c];
+// Wav2Vec2's first GroupNorm (one group per channel) exports as one.
+std::vector<DeviceTensor> instanceNorm(OpContext& ctx) {
+    const DeviceTensor& x = ctx.input(0);
+    const DType t = ctx.floatType(0);
+    ctx.require(x.dims.size() >= 3, "input must have rank 3 or more");
+    const int64_t c = x.dims[1], inner = c ? x.numel() / (x.dims[0] * c) : 0;
+    const DeviceTensor& scale = ctx.input(1);
+    const DeviceTensor& bias = ctx.input(2);
+    ctx.require(scale.numel() == c && bias.numel() == c, "scale and B must hold one value per channel");
+    if (!isDeviceFloat(scale.dtype) || bias.dtype != scale.dtype) ctx.unsupported("scale/B types");
+    DeviceTensor y = ctx.output(0, x.logical, x.dims);
+    launchLayerNorm(t, scale.dtype, x.data, scale.data, bias.data, y.data, x.dims[0] * c, inner, ctx.attrs().getFloat("epsilon", 1e-5f), ctx.stream(), c);
+    return {y};
+}
+
 std::vector<DeviceTensor> softmax(OpContext& ctx) {
     const DeviceTensor& x = ctx.input(0);
     const DType t = ctx.floatType(0);
@@ -191,6 +207,7 @@ std::vector<DeviceTensor> attention(OpContext& ctx) {
 
 void addNnOps(std::map<std::string, OpFn>& ops) {
     ops["LayerNormalization"] = layerNorm;
+    ops["InstanceNormalization"] = instanceNorm;
     ops["Softmax"] = softmax;
     ops["LogSoftmax"] = softmax;
     ops["MaxPool"] = pool;

@@ -1,5 +1,5 @@
 // GPU implementations of reductions (ReduceSum/Mean/Max/Min over one run of consecutive
-// axes), inference BatchNormalization and Resize of the last two axes.
+// axes), ArgMax/ArgMin, inference BatchNormalization and Resize of the last two axes.
 #include <algorithm>
 #include <numeric>
 
@@ -39,6 +39,28 @@ std::vector<DeviceTensor> reduce(OpContext& ctx) {
     static const std::map<std::string, ReduceOp> ops = {{"ReduceSum", ReduceOp::Sum}, {"ReduceMean", ReduceOp::Mean}, {"ReduceMax", ReduceOp::Max}, {"ReduceMin", ReduceOp::Min}};
     DeviceTensor y = ctx.output(0, x.logical, out);
     launchReduce(t, ops.at(ctx.node.op_type), x.data, y.data, outer, r, inner, ctx.stream());
+    return {y};
+}
+
+std::vector<DeviceTensor> argExtreme(OpContext& ctx) {
+    const DeviceTensor& x = ctx.input(0);
+    const DType t = ctx.floatType(0);
+    const int64_t rank = static_cast<int64_t>(x.dims.size());
+    int64_t axis = ctx.attrs().getInt("axis", 0);
+    if (axis < 0) axis += rank;
+    ctx.require(axis >= 0 && axis < rank, "axis out of range");
+    ctx.require(x.dims[axis] > 0, "ArgMax/ArgMin over an empty axis");
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < rank; ++d)
+        if (d != axis) (d < axis ? outer : inner) *= x.dims[d];
+    const bool keep = ctx.attrs().getInt("keepdims", 1) != 0;
+    Dims out;
+    for (int64_t d = 0; d < rank; ++d)
+        if (d != axis) out.push_back(x.dims[d]);
+        else if (keep) out.push_back(1);
+    DeviceTensor y = ctx.output(0, DType::I64, out);
+    launchArgExtreme(t, ctx.node.op_type == "ArgMax", ctx.attrs().getInt("select_last_index", 0) != 0, x.data, static_cast<int64_t*>(y.data), outer,
+                     x.dims[axis], inner, ctx.stream());
     return {y};
 }
 
@@ -148,6 +170,8 @@ std::vector<DeviceTensor> resize(OpContext& ctx) {
 
 void addReduceResizeOps(std::map<std::string, OpFn>& ops) {
     for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"}) ops[op] = reduce;
+    ops["ArgMax"] = argExtreme;
+    ops["ArgMin"] = argExtreme;
     ops["BatchNormalization"] = batchNorm;
     ops["Resize"] = resize;
     ops["Upsample"] = resize;

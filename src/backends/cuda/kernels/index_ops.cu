@@ -91,7 +91,50 @@ __global__ void gatherNdKernel(const E* data, GatherNdSpec g, const I* idx, E* o
     }
 }
 
+template <typename E, typename I>
+__global__ void gatherElementsKernel(const E* data, View6 ds, int axis, int64_t axis_len, const I* idx, E* out, Shape6 shape, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        int64_t rest = i, off = 0;
+        for (int d = shape.rank - 1; d >= 0; --d) {
+            int64_t c = rest % shape.dims[d];
+            rest /= shape.dims[d];
+            if (d == axis) {
+                c = static_cast<int64_t>(idx[i]);
+                if (c < 0) c += axis_len;
+                c = c < 0 ? 0 : (c >= axis_len ? axis_len - 1 : c);
+            }
+            off += c * ds.strides[d];
+        }
+        out[i] = data[off];
+    }
+}
+
 }  // namespace
+
+void launchGatherElements(size_t elem, const void* data, const View6& data_strides, int axis, int64_t axis_len, DType index_type, const void* indices,
+                          void* out, const Shape6& shape, cudaStream_t s) {
+    int64_t n = 1;
+    for (int d = 0; d < shape.rank; ++d) n *= shape.dims[d];
+    if (n == 0) return;
+    clearStaleError();
+    auto run = [&](auto e_tag) {
+        using E = decltype(e_tag);
+        if (index_type == DType::I32)
+            gatherElementsKernel<E, int32_t><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const E*>(data), data_strides, axis, axis_len,
+                                                                              static_cast<const int32_t*>(indices), static_cast<E*>(out), shape, n);
+        else
+            gatherElementsKernel<E, int64_t><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const E*>(data), data_strides, axis, axis_len,
+                                                                              static_cast<const int64_t*>(indices), static_cast<E*>(out), shape, n);
+        checkLaunch("gather_elements");
+    };
+    switch (elem) {
+        case 1: return run(uint8_t{});
+        case 2: return run(uint16_t{});
+        case 4: return run(uint32_t{});
+        case 8: return run(uint64_t{});
+        default: throw Error("GatherElements: no kernel for " + std::to_string(elem) + "-byte elements");
+    }
+}
 
 void launchPad(size_t elem, const void* src, const Shape6& in, void* dst, const Shape6& out, const PadSpec& spec, const void* value, cudaStream_t s) {
     switch (elem) {

@@ -106,6 +106,11 @@ struct GatherNdSpec {
     int64_t dims[kMaxGatherNdIndex] = {}, strides[kMaxGatherNdIndex] = {};  // of the indexed data axes
 };
 void launchGatherNd(size_t elem, const void* data, const GatherNdSpec& g, DType index_type, const void* indices, void* out, int64_t n, cudaStream_t s);
+// GatherElements: out[i] = data at i's coordinates over `shape` (the indices' and the
+// output's), the one on `axis` replaced by indices[i] (negatives wrapped, out-of-range
+// clamped); `data_strides` are data's element strides.
+void launchGatherElements(size_t elem, const void* data, const View6& data_strides, int axis, int64_t axis_len, DType index_type, const void* indices,
+                          void* out, const Shape6& shape, cudaStream_t s);
 
 // A fused elementwise chain (kiln ElementwiseChain): value = input 0, then each step
 // applies a unary function or a binary op with another input; rounded to T between steps.
@@ -129,9 +134,11 @@ void launchEpilogue(DType t, void* y, const Shape6& shape, const void* z, const 
                     const void* z2 = nullptr, const View6& vz2 = View6{});
 
 // LayerNormalization over the last `cols` elements of each row; scale/bias of type pt
-// (may differ from t), bias may be null. Accumulates in f32.
+// (may differ from t), bias may be null. Accumulates in f32. With `row_channels`, scale and
+// bias hold one value per row instead, row r taking value r % row_channels
+// (InstanceNormalization over [n * c, inner] rows).
 void launchLayerNorm(DType t, DType pt, const void* x, const void* scale, const void* bias, void* y, int64_t rows, int64_t cols, float eps,
-                     cudaStream_t s);
+                     cudaStream_t s, int64_t row_channels = 0);
 // Softmax (or LogSoftmax) over rows of `cols` contiguous elements.
 void launchSoftmax(DType t, const void* x, void* y, int64_t rows, int64_t cols, bool log, cudaStream_t s);
 // P = softmax(scores * scale + mask) for attention: scores f32 [rows, cols]; mask (type mt,
@@ -172,6 +179,9 @@ void launchPool2d(DType t, const Pool2d& p, const void* x, void* y, cudaStream_t
 // Max and Min.
 enum class ReduceOp : int32_t { Sum, Mean, Max, Min };
 void launchReduce(DType t, ReduceOp op, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, cudaStream_t s);
+// ArgMax (is_max) or ArgMin over the R axis of [outer, R, inner] float data into int64 y
+// [outer, inner]; `last` picks the last extreme (select_last_index).
+void launchArgExtreme(DType t, bool is_max, bool last, const void* x, int64_t* y, int64_t outer, int64_t r, int64_t inner, cudaStream_t s);
 
 // BatchNormalization in inference: y = (x - mean[c]) / sqrt(var[c] + eps) * scale[c] + bias[c]
 // over [n, c, inner] data; the four parameters of type pt.

@@ -24,8 +24,9 @@ __device__ float blockReduce(float v, float* scratch) {
 }
 
 template <typename T, typename P>
-__global__ void layerNormKernel(const T* x, const P* scale, const P* bias, T* y, int64_t cols, float eps) {
+__global__ void layerNormKernel(const T* x, const P* scale, const P* bias, T* y, int64_t cols, float eps, int64_t row_channels) {
     __shared__ float scratch[32];
+    const int64_t channel = row_channels ? static_cast<int64_t>(blockIdx.x) % row_channels : -1;  // one scale/bias per row
     const T* row = x + blockIdx.x * cols;
     T* out = y + blockIdx.x * cols;
     float sum = 0.f;
@@ -38,8 +39,9 @@ __global__ void layerNormKernel(const T* x, const P* scale, const P* bias, T* y,
     }
     const float rstd = rsqrtf(blockReduce<false>(sq, scratch) / static_cast<float>(cols) + eps);
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-        float v = (toFloat(row[j]) - mean) * rstd * toFloat(scale[j]);
-        if (bias) v += toFloat(bias[j]);
+        const int64_t k = channel >= 0 ? channel : j;
+        float v = (toFloat(row[j]) - mean) * rstd * toFloat(scale[k]);
+        if (bias) v += toFloat(bias[k]);
         out[j] = fromFloat<T>(v);
     }
 }
@@ -92,7 +94,7 @@ unsigned rowGrid(int64_t rows) {
 }  // namespace
 
 void launchLayerNorm(DType t, DType pt, const void* x, const void* scale, const void* bias, void* y, int64_t rows, int64_t cols, float eps,
-                     cudaStream_t s) {
+                     cudaStream_t s, int64_t row_channels) {
     clearStaleError();
     if (rows == 0 || cols == 0) return;
     dispatchDeviceFloat(t, "LayerNormalization", [&](auto* tag) {
@@ -100,7 +102,7 @@ void launchLayerNorm(DType t, DType pt, const void* x, const void* scale, const 
         dispatchDeviceFloat(pt, "LayerNormalization scale", [&](auto* ptag) {
             using P = std::remove_pointer_t<decltype(ptag)>;
             layerNormKernel<T, P><<<rowGrid(rows), threadsFor(cols), 0, s>>>(static_cast<const T*>(x), static_cast<const P*>(scale),
-                                                                             static_cast<const P*>(bias), static_cast<T*>(y), cols, eps);
+                                                                             static_cast<const P*>(bias), static_cast<T*>(y), cols, eps, row_channels);
         });
     });
     checkLaunch("layer norm");

@@ -52,7 +52,36 @@ __global__ void reduceStridedKernel(ReduceOp op, const T* x, T* y, int64_t outer
     }
 }
 
+// ArgMax/ArgMin: one thread per (outer, inner) line; the first extreme, or the last with
+// `last` (select_last_index), compared in f32 as the reference compares in double (f32 and
+// f16 values convert exactly).
+template <typename T>
+__global__ void argExtremeKernel(bool is_max, bool last, const T* x, int64_t* y, int64_t outer, int64_t r, int64_t inner) {
+    const int64_t n = outer * inner;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t o = i / inner, k = i % inner;
+        const T* p = x + o * r * inner + k;
+        float best = toFloat(p[0]);
+        int64_t at = 0;
+        for (int64_t j = 1; j < r; ++j) {
+            const float v = toFloat(p[j * inner]);
+            if (is_max ? (v > best || (last && v == best)) : (v < best || (last && v == best))) best = v, at = j;
+        }
+        y[i] = at;
+    }
+}
+
 }  // namespace
+
+void launchArgExtreme(DType t, bool is_max, bool last, const void* x, int64_t* y, int64_t outer, int64_t r, int64_t inner, cudaStream_t s) {
+    if (outer * inner == 0) return;
+    clearStaleError();
+    dispatchDeviceFloat(t, "ArgMax/ArgMin", [&](auto* tag) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        argExtremeKernel<T><<<gridFor(outer * inner, 256), 256, 0, s>>>(is_max, last, static_cast<const T*>(x), y, outer, r, inner);
+    });
+    checkLaunch("arg extreme");
+}
 
 void launchReduce(DType t, ReduceOp op, const void* x, void* y, int64_t outer, int64_t r, int64_t inner, cudaStream_t s) {
     if (outer * inner == 0) return;
