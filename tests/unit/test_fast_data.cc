@@ -270,6 +270,44 @@ TEST_P(FastData, PadPlacesTheInputAndFillsTheBorder) {
     EXPECT_EQ(std::vector<int64_t>(out[0].span<int64_t>().begin(), out[0].span<int64_t>().end()), want);
 }
 
+// Reflect, edge and wrap on inner and outer axes (pads wider than the axis in wrap and
+// edge), an f32 map and an int64 one, against the modes' definitions walked by hand.
+TEST_P(FastData, MirrorPadModesFollowTheirDefinitions) {
+    std::mt19937 rng(6);
+    auto source = [](int64_t p, int64_t n, const std::string& mode) {
+        if (mode == "edge") return std::clamp<int64_t>(p, 0, n - 1);
+        if (mode == "wrap") {
+            while (p < 0) p += n;
+            return p % n;
+        }
+        if (n == 1) return int64_t{0};
+        while (p < 0 || p >= n) p = p < 0 ? -p : 2 * (n - 1) - p;  // reflect: the edge is not repeated
+        return p;
+    };
+    const Tensor f = randomTensor({2, 3, 40, 300}, rng), i = iotaInt64({3, 4}, 3);
+    for (const std::string mode : {"reflect", "edge", "wrap"})
+        for (const auto& [x, pads] : std::vector<std::pair<Tensor, std::vector<int64_t>>>{
+                 {f, {0, 1, 2, 3, 0, 2, 1, 5}}, {i, {2, 5, 1, 6}}, {i, {2, 1, 1, 3}}, {i, {0, 0, 0, 3}}}) {
+            bool too_wide = false;  // reflect needs pads below the axis length (ONNX Runtime's rule too)
+            for (size_t d = 0; d < pads.size(); ++d) too_wide |= pads[d] >= x.dims()[d % x.rank()];
+            if (mode == "reflect" && too_wide) continue;
+            const Tensor pt = int64s(pads);
+            Node n = node("Pad");
+            n.attrs.set("mode", mode);
+            const auto out = fastKernel("Pad")(KernelContext{n, {&x, &pt}, 18, nullptr});
+            const size_t rank = x.rank();
+            Dims dims(rank);
+            for (size_t d = 0; d < rank; ++d) dims[d] = x.dims()[d] + pads[d] + pads[d + rank];
+            ASSERT_EQ(out[0].dims(), dims) << mode;
+            const size_t es = dtypeSize(x.dtype());
+            for (int64_t e = 0; e < out[0].numel(); ++e) {
+                Dims idx = unravel(e, dims);
+                for (size_t d = 0; d < rank; ++d) idx[d] = source(idx[d] - pads[d], x.dims()[d], mode);
+                ASSERT_EQ(std::memcmp(out[0].raw() + e * es, x.raw() + ravel(idx, x.dims()) * es, es), 0) << mode << " element " << e;
+            }
+        }
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, FastData, ::testing::Values(1, 2));
 
 }  // namespace

@@ -146,9 +146,44 @@ std::vector<Tensor> fastSlice(const KernelContext& ctx) {
     return {out};
 }
 
+// Reflect, edge and wrap Pad (no cropping, no empty padded axis): each output row along the
+// last axis copies its source row (outer coordinates mapped by the mode) into its middle and
+// maps its few border elements one by one.
+std::vector<Tensor> mirrorPad(const KernelContext& ctx, const PadPlan& plan) {
+    const Tensor& x = ctx.input(0);
+    const int64_t rank = static_cast<int64_t>(x.rank());
+    for (int64_t d = 0; d < rank; ++d)
+        if ((plan.begin[d] > 0 || plan.end[d] > 0) && x.dims()[d] == 0) return referenceFallback(ctx);
+    Tensor out = ctx.output(0, x.dtype(), plan.out_dims);
+    const int64_t last = plan.out_dims[rank - 1], n = x.dims()[rank - 1], before = plan.begin[rank - 1];
+    if (out.numel() == 0) return {out};
+    const char mode = plan.mode[0];
+    const Dims xs = stridesOf(x.dims());
+    const size_t es = dtypeSize(x.dtype());
+    const int64_t rows = out.numel() / last, row_bytes = last * static_cast<int64_t>(es);
+    const int64_t per_chunk = std::max<int64_t>(1, kPieceBytes / std::max<int64_t>(row_bytes, 1)), chunks = (rows + per_chunk - 1) / per_chunk;
+    parallelFor(chunks, static_cast<int64_t>(out.byteSize()) > kShareBytes, [&](int64_t c) {
+        for (int64_t r = c * per_chunk, end = std::min(rows, (c + 1) * per_chunk); r < end; ++r) {
+            int64_t src = 0;
+            for (int64_t rest = r, d = rank - 2; d >= 0; --d) {
+                src += padSourceIndex(rest % plan.out_dims[d] - plan.begin[d], x.dims()[d], mode) * xs[d];
+                rest /= plan.out_dims[d];
+            }
+            std::byte* o = out.raw() + r * row_bytes;
+            const std::byte* s = x.raw() + src * static_cast<int64_t>(es);
+            std::memcpy(o + before * static_cast<int64_t>(es), s, static_cast<size_t>(n) * es);
+            auto border = [&](int64_t j) { std::memcpy(o + j * static_cast<int64_t>(es), s + padSourceIndex(j - before, n, mode) * static_cast<int64_t>(es), es); };
+            for (int64_t j = 0; j < before; ++j) border(j);
+            for (int64_t j = before + n; j < last; ++j) border(j);
+        }
+    });
+    return {out};
+}
+
 // Constant Pad (no cropping) as a fill of the border and copies of the input's rows into
 // the output: the innermost dims without padding merge into one run. Zero values fill any
-// dtype; other values f32 only. Other modes go to the reference.
+// dtype; other values f32 only. Reflect, edge and wrap go to mirrorPad; cropping to the
+// reference.
 std::vector<Tensor> fastPad(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const PadPlan plan = padPlan(ctx);
@@ -157,7 +192,9 @@ std::vector<Tensor> fastPad(const KernelContext& ctx) {
         padded |= plan.begin[d] > 0 || plan.end[d] > 0;
         cropped |= plan.begin[d] < 0 || plan.end[d] < 0;
     }
-    if (plan.mode != "constant" || cropped || x.rank() == 0 || (padded && plan.value != 0 && x.dtype() != DType::F32)) return referenceFallback(ctx);
+    if (cropped || x.rank() == 0) return referenceFallback(ctx);
+    if (plan.mode != "constant") return mirrorPad(ctx, plan);
+    if (padded && plan.value != 0 && x.dtype() != DType::F32) return referenceFallback(ctx);
     Tensor out = ctx.output(0, x.dtype(), plan.out_dims);
     const bool share = static_cast<int64_t>(out.byteSize()) > kShareBytes;
     if (padded) {

@@ -36,6 +36,17 @@ struct PadPlan {
     double value = 0;
 };
 PadPlan padPlan(const KernelContext& ctx);
+// Where Pad's modes "edge", "wrap" and "reflect" read position p (outside [0, n) or not) of
+// an axis of n > 0 elements.
+inline int64_t padSourceIndex(int64_t p, int64_t n, char mode) {
+    if (p >= 0 && p < n) return p;
+    if (mode == 'e') return p < 0 ? 0 : n - 1;
+    if (mode == 'w') return ((p % n) + n) % n;
+    const int64_t period = 2 * (n - 1);
+    if (period == 0) return 0;
+    p = ((p % period) + period) % period;
+    return p >= n ? period - p : p;
+}
 
 // For each element of `out_dims` (row-major), the offset of the element of a tensor with
 // dims `in_dims` that broadcasting maps to it.

@@ -36,13 +36,7 @@ std::vector<Tensor> pad(const KernelContext& ctx) {
                 const int64_t n = x.dims()[d];
                 if (p < 0 || p >= n) {
                     if (mode == "constant" || n == 0) outside = true;
-                    else if (mode == "edge") p = std::clamp<int64_t>(p, 0, n - 1);
-                    else if (mode == "wrap") p = ((p % n) + n) % n;
-                    else {
-                        const int64_t period = 2 * (n - 1);
-                        p = period ? ((p % period) + period) % period : 0;
-                        if (p >= n) p = period - p;
-                    }
+                    else p = padSourceIndex(p, n, mode[0]);
                 }
                 off += p * xs[d];
             }
