@@ -110,13 +110,18 @@ void appendAlgorithms(const cudnnConvolutionFwdAlgoPerf_t* perf, int found, size
     }
 }
 
+constexpr size_t kMaxConvWorkspace = 256u << 20;  // cuDNN workspace an algorithm may ask for
+
+bool workspaceOf(OpContext& ctx, const ConvPlan& p, cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(ctx.res.dnn(), p.x, p.w, p.conv, p.y, a, bytes) == CUDNN_STATUS_SUCCESS;
+}
+
 // The heuristic's first proposal that runs, then any other algorithm that does, so that a
 // convolution cuDNN refuses for one algorithm takes another, and one no algorithm runs goes
 // to the host with the reasons instead of failing the run. Each is tried once, into y, when
 // the plan is made (never during a graph capture: plans are made in the first, recorded run).
 cudnnConvolutionFwdAlgo_t firstThatRuns(OpContext& ctx, const ConvPlan& p, const void* x, const void* w, void* y, const cudnnConvolutionFwdAlgoPerf_t* perf,
                                         int found) {
-    constexpr size_t kMaxWorkspace = 256u << 20;
     std::vector<cudnnConvolutionFwdAlgo_t> order;
     appendAlgorithms(perf, found, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, order);
     for (int a = 0; a < CUDNN_CONVOLUTION_FWD_ALGO_COUNT; ++a)
@@ -126,7 +131,7 @@ cudnnConvolutionFwdAlgo_t firstThatRuns(OpContext& ctx, const ConvPlan& p, const
     const float one = 1.f, zero = 0.f;
     for (auto a : order) {
         size_t bytes = 0;
-        if (cudnnGetConvolutionForwardWorkspaceSize(ctx.res.dnn(), p.x, p.w, p.conv, p.y, a, &bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxWorkspace) continue;
+        if (!workspaceOf(ctx, p, a, &bytes) || bytes > kMaxConvWorkspace) continue;
         const cudnnStatus_t status =
             cudnnConvolutionForward(ctx.res.dnn(), &one, p.x, x, p.w, w, p.conv, a, ctx.res.scratch(0, bytes), bytes, &zero, p.y, y);
         if (status == CUDNN_STATUS_SUCCESS) return a;
@@ -136,14 +141,10 @@ cudnnConvolutionFwdAlgo_t firstThatRuns(OpContext& ctx, const ConvPlan& p, const
 }
 
 void chooseAlgorithm(OpContext& ctx, ConvPlan& p, const void* x, const void* w, void* y) {
-    auto workspaceOf = [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
-        return cudnnGetConvolutionForwardWorkspaceSize(ctx.res.dnn(), p.x, p.w, p.conv, p.y, a, bytes) == CUDNN_STATUS_SUCCESS;
-    };
     if (!ctx.tactic.empty() && ctx.tactic.rfind("cudnn:", 0) == 0) {
         p.algo = static_cast<cudnnConvolutionFwdAlgo_t>(std::atoi(ctx.tactic.c_str() + 6));
     } else {
         constexpr int kRequested = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-        constexpr size_t kMaxWorkspace = 256u << 20;
         cudnnConvolutionFwdAlgoPerf_t perf[kRequested];
         int found = 0;
         std::vector<cudnnConvolutionFwdAlgo_t> candidates;
@@ -156,16 +157,16 @@ void chooseAlgorithm(OpContext& ctx, ConvPlan& p, const void* x, const void* w, 
             // auto: cuDNN's own timed search proposes more, then every candidate is timed here, as
             // it will run (this stream, this workspace, the plan's math type); cuDNN's search alone
             // picked algorithms that ran slower than its heuristic inside the whole network.
-            void* scratch = ctx.res.scratch(0, kMaxWorkspace);
+            void* scratch = ctx.res.scratch(0, kMaxConvWorkspace);
             KILN_DNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(ctx.res.dnn(), p.x, x, p.w, w, p.conv, p.y, y, kRequested, &found, perf, scratch,
-                                                                  kMaxWorkspace),
+                                                                  kMaxConvWorkspace),
                            ctx);
             appendAlgorithms(perf, found, 3, candidates);
             float best_ms = 0;
             const float one = 1.f, zero = 0.f;
             for (auto a : candidates) {
                 size_t bytes = 0;
-                if (!workspaceOf(a, &bytes) || bytes > kMaxWorkspace) continue;
+                if (!workspaceOf(ctx, p, a, &bytes) || bytes > kMaxConvWorkspace) continue;
                 bool ok = true;
                 const float ms = timeOnStream(ctx.stream(), [&] {
                     ok = ok && cudnnConvolutionForward(ctx.res.dnn(), &one, p.x, x, p.w, w, p.conv, a, scratch, bytes, &zero, p.y, y) == CUDNN_STATUS_SUCCESS;
@@ -177,7 +178,7 @@ void chooseAlgorithm(OpContext& ctx, ConvPlan& p, const void* x, const void* w, 
             p.algo = firstThatRuns(ctx, p, x, w, y, perf, found);
         }
     }
-    ctx.require(workspaceOf(p.algo, &p.workspace), "cuDNN algorithm " + std::to_string(static_cast<int>(p.algo)) + " does not fit this convolution");
+    ctx.require(workspaceOf(ctx, p, p.algo, &p.workspace), "cuDNN algorithm " + std::to_string(static_cast<int>(p.algo)) + " does not fit this convolution");
     ctx.chosen_tactic = "cudnn:" + std::to_string(static_cast<int>(p.algo));
 }
 

@@ -154,16 +154,10 @@ std::vector<DeviceTensor> gatherElements(OpContext& ctx) {
     int64_t axis = ctx.attrs().getInt("axis", 0);
     if (axis < 0) axis += rank;
     ctx.require(axis >= 0 && axis < rank, "axis out of range");
-    View6 strides;
-    int64_t stride = 1;
-    for (int64_t d = rank - 1; d >= 0; --d) {
-        strides.strides[d] = stride;
-        stride *= data.dims[d];
-    }
     DeviceTensor y = ctx.output(0, data.logical, idx.dims);
     if (y.numel() > 0) {
         ctx.require(data.dims[axis] > 0, "gathers from an empty axis");
-        launchGatherElements(dtypeSize(data.dtype), data.data, strides, static_cast<int>(axis), data.dims[axis], idx.dtype, idx.data, y.data,
+        launchGatherElements(dtypeSize(data.dtype), data.data, denseView(data.dims), static_cast<int>(axis), data.dims[axis], idx.dtype, idx.data, y.data,
                              toShape6(idx.dims, ctx), ctx.stream());
     }
     return {y};

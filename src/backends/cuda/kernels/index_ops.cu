@@ -109,6 +109,19 @@ __global__ void gatherElementsKernel(const E* data, View6 ds, int axis, int64_t 
     }
 }
 
+// Calls f with a value of the unsigned type `elem` bytes wide: the kernels here only move
+// elements, so their width is all that matters.
+template <typename F>
+void withElementWidth(size_t elem, const char* op, F&& f) {
+    switch (elem) {
+        case 1: return f(uint8_t{});
+        case 2: return f(uint16_t{});
+        case 4: return f(uint32_t{});
+        case 8: return f(uint64_t{});
+        default: throw Error(std::string(op) + ": no kernel for " + std::to_string(elem) + "-byte elements");
+    }
+}
+
 }  // namespace
 
 void launchGatherElements(size_t elem, const void* data, const View6& data_strides, int axis, int64_t axis_len, DType index_type, const void* indices,
@@ -127,23 +140,11 @@ void launchGatherElements(size_t elem, const void* data, const View6& data_strid
                                                                               static_cast<const int64_t*>(indices), static_cast<E*>(out), shape, n);
         checkLaunch("gather_elements");
     };
-    switch (elem) {
-        case 1: return run(uint8_t{});
-        case 2: return run(uint16_t{});
-        case 4: return run(uint32_t{});
-        case 8: return run(uint64_t{});
-        default: throw Error("GatherElements: no kernel for " + std::to_string(elem) + "-byte elements");
-    }
+    withElementWidth(elem, "GatherElements", run);
 }
 
 void launchPad(size_t elem, const void* src, const Shape6& in, void* dst, const Shape6& out, const PadSpec& spec, const void* value, cudaStream_t s) {
-    switch (elem) {
-        case 1: return pad<uint8_t>(src, in, dst, out, spec, value, s);
-        case 2: return pad<uint16_t>(src, in, dst, out, spec, value, s);
-        case 4: return pad<uint32_t>(src, in, dst, out, spec, value, s);
-        case 8: return pad<uint64_t>(src, in, dst, out, spec, value, s);
-        default: throw Error("Pad: no kernel for " + std::to_string(elem) + "-byte elements");
-    }
+    withElementWidth(elem, "Pad", [&](auto e_tag) { pad<decltype(e_tag)>(src, in, dst, out, spec, value, s); });
 }
 
 void launchCumSum(DType t, const void* x, void* y, int64_t outer, int64_t len, int64_t inner, bool exclusive, bool reverse, cudaStream_t s) {
@@ -173,13 +174,7 @@ void launchGatherNd(size_t elem, const void* data, const GatherNdSpec& g, DType 
             gatherNdKernel<E, int64_t><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const E*>(data), g, static_cast<const int64_t*>(indices), static_cast<E*>(out), n);
         checkLaunch("gather_nd");
     };
-    switch (elem) {
-        case 1: return run(uint8_t{});
-        case 2: return run(uint16_t{});
-        case 4: return run(uint32_t{});
-        case 8: return run(uint64_t{});
-        default: throw Error("GatherND: no kernel for " + std::to_string(elem) + "-byte elements");
-    }
+    withElementWidth(elem, "GatherND", run);
 }
 
 }  // namespace kiln::cuda
