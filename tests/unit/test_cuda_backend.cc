@@ -13,19 +13,15 @@
 #include "onnx_import/tensor_proto.h"
 #include "runtime/accuracy.h"
 #include "runtime/context.h"
+#include "cuda_test_helpers.h"
 #include "test_helpers.h"
 
 using namespace kiln;
 using kiln::testing::randomTensor;
+using namespace kiln::testing;
 namespace fs = std::filesystem;
 
 namespace {
-
-#define REQUIRE_GPU()                                                           \
-    do {                                                                        \
-        std::string why_;                                                       \
-        if (!cuda::deviceAvailable(&why_)) GTEST_SKIP() << "no GPU: " << why_; \
-    } while (0)
 
 fs::path modelDir(const std::string& name) {
     fs::path bundled = fs::path(KILN_SOURCE_DIR) / "models" / name;
@@ -38,43 +34,6 @@ TensorMap loadInputs(const Graph& g, const fs::path& dir) {
     for (size_t i = 0; i < declared.size(); ++i)
         inputs[declared[i].name] = loadTensorFile(dir / "test_data_set_0" / ("input_" + std::to_string(i) + ".pb"));
     return inputs;
-}
-
-// With `inputs`, their shapes are the build's exact profile, so that tactics are timed and
-// recorded even when the model's batch dim is symbolic.
-Engine buildCuda(const Graph& g, const std::string& route, const TensorMap* inputs = nullptr) {
-    Builder b(g, "test", "cuda");
-    b.setBuildRoute(BuildRoute::parse(route, Builder::space()));
-    if (inputs) {
-        ShapeProfile profile;
-        for (const auto& [name, t] : *inputs) profile[name] = ShapeRange{t.dims(), t.dims(), t.dims()};
-        b.setShapeProfile(profile);
-    }
-    return b.build();
-}
-
-// Runs the engine three times (record, capture, replay) and checks each run against the
-// reference outputs and the replays against the first run.
-void expectMatches(const Engine& engine, const TensorMap& inputs, const std::vector<Tensor>& want, double max_rel_l2, const std::string& what,
-                   bool graphs = true) {
-    ExecutionContext ctx(engine);
-    std::vector<Tensor> first;
-    for (int run = 0; run < 3; ++run) {
-        auto got = ctx.run(inputs);
-        ASSERT_EQ(got.size(), want.size());
-        for (size_t i = 0; i < got.size(); ++i) {
-            ErrorStats e = compareOutputs(got[i], want[i], engine.graph.outputs[i].name);
-            EXPECT_LT(e.rel_l2, max_rel_l2) << what << " run " << run << " output " << i;
-            EXPECT_FALSE(e.nan_mismatch) << what;
-            if (run == 0) first.push_back(got[i]);
-            else EXPECT_EQ(compareOutputs(got[i], first[i], "replay").max_abs, 0.0) << what << ": run " << run << " differs from run 0";
-        }
-    }
-    EXPECT_TRUE(ctx.stats().gpu);
-    if (ctx.stats().cpu_nodes.empty()) {
-        EXPECT_EQ(ctx.stats().graph_replayed, graphs) << what << ": CUDA graph replay on the third run";
-    }
-    for (const auto& n : ctx.stats().cpu_nodes) ADD_FAILURE() << what << ": node on the CPU: " << n;
 }
 
 class CudaModel : public ::testing::TestWithParam<std::string> {};
@@ -303,39 +262,6 @@ TEST(CudaBackend, ConvTransposeSiluAndConv1dMatchTheReference) {
 
 // Abs, Neg and Sign over integers (T5's relative position buckets) and Not over Bool
 // (RoBERTa's and DeBERTa's masks) run on the GPU, exactly as on the CPU.
-// Runs each single-node graph on the GPU (f32 engine) and expects the reference's bytes, and
-// no host fallback; an exception names the node's op.
-void expectExactOnGpu(const std::vector<Graph>& graphs, const std::vector<TensorMap>& inputs) {
-    for (size_t k = 0; k < graphs.size(); ++k) {
-        const Graph& g = graphs[k];
-        const std::string what = g.nodes.back().op_type + " " + g.nodes.back().name;
-        try {
-            const auto want = GraphExecutor(g).run(inputs[k]);
-            const Engine engine = buildCuda(g, "precision.activations=f32");
-            ExecutionContext ctx(engine);
-            const auto got = ctx.run(inputs[k]);
-            ASSERT_EQ(got.size(), want.size()) << what;
-            for (size_t i = 0; i < got.size(); ++i) {
-                ASSERT_EQ(got[i].dtype(), want[i].dtype()) << what;
-                ASSERT_EQ(got[i].dims(), want[i].dims()) << what;
-                EXPECT_EQ(std::memcmp(got[i].raw(), want[i].raw(), got[i].byteSize()), 0) << what;
-            }
-            EXPECT_TRUE(ctx.stats().cpu_nodes.empty()) << what << ": " << (ctx.stats().cpu_nodes.empty() ? "" : ctx.stats().cpu_nodes[0]);
-        } catch (const std::exception& e) {
-            ADD_FAILURE() << what << ": " << e.what();
-        }
-    }
-}
-
-Graph oneNode(Node n, std::vector<ValueInfo> inputs) {
-    Graph g;
-    g.opset = 17;
-    g.inputs = std::move(inputs);
-    for (const auto& o : n.outputs) g.outputs.push_back({o, DType::Undefined, {}});
-    g.nodes = {std::move(n)};
-    return g;
-}
-
 // Disabled: on an H100 (2026-12-06) this test crashed the process (a segfault, before that a
 // bad_alloc) somewhere in building or running an engine whose graph input feeds an integer
 // Abs directly; not found yet. The same kernels run T5's Abs and RoBERTa's and DeBERTa's Not

@@ -110,6 +110,7 @@ struct CudaExecutor::Impl {
         };
         std::map<std::string, HostUpload> host_uploads;
         cudaGraphExec_t exec = nullptr;
+        uint64_t scratch_generation = 0;  // of the scratch memory exec was captured with
         ~Signature() {
             if (exec) cudaGraphExecDestroy(exec);
         }
@@ -328,7 +329,7 @@ struct CudaExecutor::Impl {
                     OpContext ctx{node, graph.opset, in, res, options.route, storage, tf32, t == options.tactics.end() ? "" : t->second,
                                   options.calibrate && rs.mode == Mode::Record, "", &sig.states[i],
                                   [&](size_t k, DType dt, const Dims& d) { return allocate(rs, i, node.outputs.at(k), dt, d); }, {},
-                                  [&](size_t k) { materialize(sig, node.inputs[k], values.at(node.inputs[k])); }};
+                                  [&](size_t k) { materialize(sig, node.inputs[k], values.at(node.inputs[k])); }, &sig.capturable};
                     const size_t recorded_before = rs.recorded.size();
                     try {
                         outs = op->second(ctx);
@@ -446,6 +447,10 @@ struct CudaExecutor::Impl {
         KILN_CUDA_CHECK(cudaEventRecord(events[1], s));
         stats.graph_replayed = false;
         RunState rs{sig.recorded ? Mode::Planned : Mode::Record, &sig, {}, {}, {}};
+        if (sig.exec && sig.scratch_generation != res.scratchGeneration()) {  // another signature moved the scratch memory
+            cudaGraphExecDestroy(sig.exec);
+            sig.exec = nullptr;
+        }
         try {
             if (sig.exec) {
                 KILN_CUDA_CHECK(cudaGraphLaunch(sig.exec, s));
@@ -525,6 +530,7 @@ struct CudaExecutor::Impl {
         const cudaError_t end = cudaStreamEndCapture(s, &g);
         ok = ok && end == cudaSuccess && sig.capturable && rs.temporary.empty();
         if (ok) ok = cudaGraphInstantiate(&sig.exec, g, 0) == cudaSuccess;
+        sig.scratch_generation = res.scratchGeneration();
         if (g) cudaGraphDestroy(g);
         cudaGetLastError();  // clear a capture error
         if (!ok) {

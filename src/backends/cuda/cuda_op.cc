@@ -56,6 +56,7 @@ void* Resources::scratch(int slot, size_t bytes) {
     const size_t rounded = std::max<size_t>(bytes + (bytes >> 2), 1 << 20);
     KILN_CUDA_CHECK(cudaMalloc(&scratch_[slot], rounded));
     scratch_bytes_[slot] = rounded;
+    ++scratch_generation_;
     if (slot == 0 && blas_) check(cublasSetWorkspace(blas_, scratch_[0], rounded) == CUBLAS_STATUS_SUCCESS, "cublasSetWorkspace failed");
     return scratch_[slot];
 }
@@ -99,6 +100,15 @@ DType OpContext::floatType(size_t i) const {
     const DType t = input(i).dtype;
     if (!isDeviceFloat(t)) unsupported("element type " + std::string(dtypeName(t)));
     return t;
+}
+
+void OpContext::readBack(void* host, const void* device, size_t bytes) {
+    if (capturable) *capturable = false;
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    KILN_CUDA_CHECK(cudaStreamIsCapturing(stream(), &capturing));
+    check(capturing == cudaStreamCaptureStatusNone, node.describe() + ": internal: data-dependent shape inside a CUDA graph");
+    KILN_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream()));
+    KILN_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
 Shape6 toShape6(const Dims& dims, const OpContext& ctx) {
@@ -185,6 +195,8 @@ const std::map<std::string, OpFn>& cudaOps() {
         addConvOps(m);
         addReduceResizeOps(m);
         addIndexOps(m);
+        addSelectionOps(m);
+        addRecurrentOps(m);
         return m;
     }();
     return ops;

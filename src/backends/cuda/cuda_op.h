@@ -41,6 +41,8 @@ public:
     // Growing synchronizes the stream; it must not happen during graph capture.
     void* scratch(int slot, size_t bytes);
     size_t scratchBytes() const { return scratch_bytes_[0] + scratch_bytes_[1]; }
+    // Counts the times scratch memory moved: CUDA graphs captured before hold the old addresses.
+    uint64_t scratchGeneration() const { return scratch_generation_; }
     int multiprocessors() const { return sms_; }
 
 private:
@@ -50,6 +52,7 @@ private:
     cudnnHandle_t dnn_ = nullptr;
     void* scratch_[2] = {nullptr, nullptr};
     size_t scratch_bytes_[2] = {0, 0};
+    uint64_t scratch_generation_ = 0;
     int sms_ = 0;
 };
 
@@ -74,6 +77,9 @@ struct OpContext {
     std::vector<int> aliases;    // per output: index of the input it views, or -1
     // Copies a host-only input (shape data the CPU computed) to the device on first access.
     std::function<void(size_t)> materialize;
+    // Cleared by ops whose output shapes depend on the data (readBack): the signature then
+    // never becomes a CUDA graph.
+    bool* capturable = nullptr;
 
     cudaStream_t stream() const { return res.stream(); }
     size_t numInputs() const { return inputs.size(); }
@@ -90,6 +96,9 @@ struct OpContext {
     std::vector<int64_t> hostInts(size_t i) const;
     // The input's storage type must be a float type the kernels take.
     DType floatType(size_t i) const;
+    // Copies device memory the stream has written to the host, waiting for it: for output
+    // shapes that depend on the data (NonZero's count). Not allowed in a CUDA graph.
+    void readBack(void* host, const void* device, size_t bytes);
 };
 
 using OpFn = std::vector<DeviceTensor> (*)(OpContext&);
@@ -105,6 +114,8 @@ void addGemmOps(std::map<std::string, OpFn>& ops);
 void addConvOps(std::map<std::string, OpFn>& ops);
 void addReduceResizeOps(std::map<std::string, OpFn>& ops);
 void addIndexOps(std::map<std::string, OpFn>& ops);
+void addSelectionOps(std::map<std::string, OpFn>& ops);
+void addRecurrentOps(std::map<std::string, OpFn>& ops);
 
 // Helpers shared by the op files.
 Shape6 toShape6(const Dims& dims, const OpContext& ctx);

@@ -183,6 +183,52 @@ void launchReduce(DType t, ReduceOp op, const void* x, void* y, int64_t outer, i
 // [outer, inner]; `last` picks the last extreme (select_last_index).
 void launchArgExtreme(DType t, bool is_max, bool last, const void* x, int64_t* y, int64_t outer, int64_t r, int64_t inner, cudaStream_t s);
 
+// Selection by value. Rows longer than kMaxSortLength are refused (Error): a row is sorted
+// in one block's shared memory.
+constexpr int64_t kMaxSortLength = 16384;
+// TopK along the middle axis of [outer, len, inner] float data: the k largest (or smallest)
+// values and their int64 indices, sorted, ties by the lower index.
+void launchTopK(DType t, const void* x, void* values, int64_t* indices, int64_t outer, int64_t len, int64_t inner, int64_t k, bool largest,
+                cudaStream_t s);
+// NonZero in two steps around the host's read of the count: the select writes the count
+// (int64) at the start of `scratch` (nonZeroScratchBytes of it) and returns the flat indices
+// of the nonzero elements, in order; the unravel writes them as coordinates, out[d, count].
+size_t nonZeroScratchBytes(DType t, int64_t n);
+int64_t* launchNonZeroSelect(DType t, const void* x, int64_t n, void* scratch, cudaStream_t s);
+void launchUnravel(const int64_t* flat, int64_t count, const Shape6& shape, int64_t* out, cudaStream_t s);
+// NonMaxSuppression as the reference does it, per (batch, class) in one block: boxes
+// [batches, spatial, 4], scores [batches, classes, spatial], at most max_keep boxes kept per
+// class (max_keep >= 1, batches * classes >= 1). The kernel leaves each class's triples in
+// `scratch` (nmsScratchBytes) and returns where in it the per-class counts (int32) are; the
+// pack writes the triples one class after another into out [sum of counts, 3].
+struct NmsProblem {
+    int64_t batches = 0, classes = 0, spatial = 0, max_keep = 0;
+    bool center_point_box = false, has_score_threshold = false;
+    float iou_threshold = 0, score_threshold = 0;
+};
+size_t nmsScratchBytes(int64_t pairs, int64_t max_keep);
+const int32_t* launchNonMaxSuppression(DType t, const NmsProblem& p, const void* boxes, const void* scores, void* scratch, cudaStream_t s);
+void launchPackSelected(const NmsProblem& p, const void* scratch, int64_t* out, cudaStream_t s);
+
+// One step of LSTM, GRU or RNN (default activations) over all directions: xw holds x·W^T
+// for every step (f32 rows of D * gates * H, in X's row order), hr the step's h·R^T
+// [D, B, gates * H], bias the node's B ([D, 2 * gates * H], may be null); h and cell are the
+// f32 [D, B, H] states, updated in place; y (type t, may be null) receives the step's
+// output in the node's Y layout. GRU without linear_before_reset takes two launches:
+// GruResetGate writes rh = r ⊙ h, and after the product hn = rh·Rh^T, Gru finishes the step.
+enum class RecurrentKind : int32_t { Lstm, Gru, GruLinearBeforeReset, GruResetGate, Rnn };
+struct RecurrentCell {
+    RecurrentKind kind = RecurrentKind::Lstm;
+    int64_t gates = 4, S = 0, B = 0, H = 0, D = 1;
+    bool batch_major = false;   // layout=1: X rows and Y are batch-major
+    bool reverse_first = false;  // direction "reverse": direction 0 runs backwards (bidirectional: direction 1)
+};
+void launchRecurrentCell(DType t, const RecurrentCell& c, int64_t step, const float* xw, const float* hr, const float* hn, const float* bias,
+                         float* h, float* cell, float* rh, void* y, cudaStream_t s);
+// Moves a state between the node's layout ([D, B, H], batch-major [B, D, H]) in type t and
+// the f32 [D, B, H] state: to_state reads the node's, else writes it.
+void launchRecurrentState(DType t, bool to_state, bool batch_major, int64_t D, int64_t B, int64_t H, const void* src, void* dst, cudaStream_t s);
+
 // BatchNormalization in inference: y = (x - mean[c]) / sqrt(var[c] + eps) * scale[c] + bias[c]
 // over [n, c, inner] data; the four parameters of type pt.
 void launchBatchNorm(DType t, DType pt, const void* x, const void* scale, const void* bias, const void* mean, const void* var, void* y,
