@@ -148,10 +148,11 @@ CachedPrimitive buildPrimitive(const BlockedConv& g, const Node& node) {
     const PackedConvWeights kind = packedConvWeightKind(g.weight_layout);
     const bool wide = g.block == kWideChannelBlock;
     const memory::dims weights = kind == PackedConvWeights::Goihwg    ? memory::dims{g.group, 1, 1, g.KH, g.KW}
-                                 : kind == PackedConvWeights::GOIhwIO ? memory::dims{g.group, g.O / g.group, g.C / g.group, g.KH, g.KW}
+                                 : kind == PackedConvWeights::GOIhwIO || kind == PackedConvWeights::Goihw ? memory::dims{g.group, g.O / g.group, g.C / g.group, g.KH, g.KW}
                                                                       : memory::dims{g.O, g.C, g.KH, g.KW};
     const Tag weight_tag = kind == PackedConvWeights::Goihwg    ? (wide ? Tag::Goihw16g : Tag::Goihw8g)
                            : kind == PackedConvWeights::GOIhwIO ? (wide ? Tag::gOIhw16i16o : Tag::gOIhw8i8o)
+                           : kind == PackedConvWeights::Goihw   ? Tag::goihw
                            : kind == PackedConvWeights::Ohwio ? (wide ? Tag::Ohwi16o : Tag::Ohwi8o)
                                                               : (wide ? Tag::OIhw16i16o : Tag::OIhw8i8o);
     const Tag blocked_tag = wide ? Tag::nChw16c : Tag::nChw8c;

@@ -18,12 +18,14 @@ struct WeightPacking {
         const int64_t ob = channelBlocks(O, b);
         if (kind == PackedConvWeights::OIhwIO || kind == PackedConvWeights::GOIhwIO) return {ob, channelBlocks(I, b), KH, KW, b, b};
         if (kind == PackedConvWeights::Ohwio) return {ob, KH, KW, I, b};
+        if (kind == PackedConvWeights::Goihw) return {O, I, KH, KW};
         return {ob, KH, KW, b};  // Goihw<b>g: I == 1, one filter per group
     }
     int64_t offset(int64_t o, int64_t i, int64_t h, int64_t w) const {
         const int64_t ob = o / b, ol = o % b;
         if (kind == PackedConvWeights::OIhwIO || kind == PackedConvWeights::GOIhwIO) return ((((ob * channelBlocks(I, b) + i / b) * KH + h) * KW + w) * b + i % b) * b + ol;
         if (kind == PackedConvWeights::Ohwio) return (((ob * KH + h) * KW + w) * I + i) * b + ol;
+        if (kind == PackedConvWeights::Goihw) return ((o * I + i) * KH + h) * KW + w;
         return ((ob * KH + h) * KW + w) * b + ol;
     }
 };
@@ -61,18 +63,20 @@ std::string packedConvWeightLayout(PackedConvWeights kind, int64_t block) {
     if (kind == PackedConvWeights::OIhwIO) return "OIhw" + b + "i" + b + "o";
     if (kind == PackedConvWeights::GOIhwIO) return "gOIhw" + b + "i" + b + "o";
     if (kind == PackedConvWeights::Ohwio) return "Ohwi" + b + "o";
+    if (kind == PackedConvWeights::Goihw) return "goihw" + b;
     return "Goihw" + b + "g";
 }
 
 int64_t packedConvWeightBlock(const std::string& layout) {
     for (int64_t b : {kChannelBlock, kWideChannelBlock})
-        for (auto kind : {PackedConvWeights::OIhwIO, PackedConvWeights::Ohwio, PackedConvWeights::Goihwg, PackedConvWeights::GOIhwIO})
+        for (auto kind : {PackedConvWeights::OIhwIO, PackedConvWeights::Ohwio, PackedConvWeights::Goihwg, PackedConvWeights::GOIhwIO, PackedConvWeights::Goihw})
             if (layout == packedConvWeightLayout(kind, b)) return b;
     return 0;
 }
 
 PackedConvWeights packedConvWeightKind(const std::string& layout) {
     if (layout.rfind("gOIhw", 0) == 0) return PackedConvWeights::GOIhwIO;
+    if (layout.rfind("goihw", 0) == 0) return PackedConvWeights::Goihw;
     return layout.rfind("OIhw", 0) == 0 ? PackedConvWeights::OIhwIO : layout.rfind("Ohwi", 0) == 0 ? PackedConvWeights::Ohwio : PackedConvWeights::Goihwg;
 }
 

@@ -33,9 +33,11 @@ Tensor unblockChannels(const Tensor& x, int64_t channels);
 // (group 1 over a plain NCHW input with few channels: a network's first conv), "Goihw<b>g"
 // (depthwise: group = C = O, one filter per channel), "gOIhw<b>i<b>o" (grouped, with each
 // group's input and output channels whole blocks: the same buffer as OIhw<b>i<b>o over
-// [O, C/group], since the groups' output blocks follow each other). `weights` is the ONNX
-// [O, C/group, KH, KW] f32 tensor.
-enum class PackedConvWeights { OIhwIO, Ohwio, Goihwg, GOIhwIO };
+// [O, C/group], since the groups' output blocks follow each other), "goihw<b>" (grouped with
+// groups smaller than a block, ResNeXt's 4 and 8 channels: the weights as ONNX gives them,
+// oneDNN's goihw, for a conv on <b>-blocked data). `weights` is the ONNX [O, C/group, KH, KW]
+// f32 tensor.
+enum class PackedConvWeights { OIhwIO, Ohwio, Goihwg, GOIhwIO, Goihw };
 std::string packedConvWeightLayout(PackedConvWeights kind, int64_t block);
 Tensor packConvWeights(const Tensor& weights, const std::string& layout);
 // The inverse: the ONNX [O, I, KH, KW] weights from a packed tensor (dims = [O, I, KH, KW]).
