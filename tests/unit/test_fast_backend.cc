@@ -56,6 +56,25 @@ TEST(FastBackend, GemmTacticMatchesReference) {
             }
 }
 
+// Single rows take Kiln's GEMV: plain and transposed weights, alpha, K not a multiple of its
+// four-row step, N past its column chunk, and weights large enough to be split among threads
+// (2.4 MB) on 1, 2 and 3 threads.
+TEST(FastBackend, SingleRowGemvMatchesReferenceOnEveryThreadCount) {
+    std::mt19937 rng(22);
+    const int previous = cpuThreads();
+    for (int threads : {1, 2, 3})
+        for (auto [K, N] : std::vector<std::pair<int64_t, int64_t>>{{7, 3}, {383, 1100}, {1201, 517}})
+            for (int64_t tb : {0, 1}) {
+                setCpuThreads(threads);
+                Case c{node("Gemm"), {randomTensor({1, K}, rng), randomTensor(tb ? Dims{N, K} : Dims{K, N}, rng), randomTensor({N}, rng)}};
+                c.node.attrs.set("transB", tb);
+                c.node.attrs.set("alpha", 0.7f);
+                SCOPED_TRACE("K " + std::to_string(K) + " N " + std::to_string(N) + " transB " + std::to_string(tb) + " threads " + std::to_string(threads));
+                for (const auto& t : gemmTacticNames()) expectTacticMatchesReference(c, t);
+            }
+    setCpuThreads(previous);
+}
+
 TEST(FastBackend, ConvTacticsMatchReference) {
     std::mt19937 rng(8);
     struct Geo {

@@ -1,7 +1,7 @@
 // MatMul, Gemm and FusedMatMul on an sgemm (f32), with the bias/activation/residual epilogue
 // fused into one pass. Batched MatMul with a shared 2-D B folds the batch into M. Two
 // tactics: "blas" (OpenBLAS) and, when Kiln is built with oneDNN, "dnnl" (its sgemm, faster
-// on some of the small shapes transformers have); single rows use OpenBLAS's GEMV in both.
+// on some of the small shapes transformers have); single rows use Kiln's own GEMV in both (gemv.cc).
 #include <cblas.h>
 #ifdef KILN_WITH_DNNL
 #include <oneapi/dnnl/dnnl.h>
@@ -68,8 +68,7 @@ std::vector<Tensor> matmulWith(const KernelContext& ctx, SgemmFn sgemm) {
     float alpha = gemm ? n.attrs.getFloat("alpha", 1.0f) : 1.0f;
     if (b_batch.empty() && !trans_a && a_batch == batch && nb * M == 1) {
         // A single row: a matrix-vector product (sgemm is slow for M = 1).
-        cblas_sgemv(CblasRowMajor, trans_b ? CblasNoTrans : CblasTrans, static_cast<int>(trans_b ? N : K), static_cast<int>(trans_b ? K : N), alpha, pb,
-                    static_cast<int>(trans_b ? K : N), pa, 1, 0.0f, po, 1);
+        rowTimesMatrix(trans_b, K, N, alpha, pa, pb, po);
     } else if (b_batch.empty() && !trans_a && a_batch == batch) {
         // Shared B: one GEMM over all batch rows.
         sgemm(false, trans_b, nb * M, N, K, alpha, pa, K, pb, trans_b ? K : N, 0.0f, po, N);

@@ -15,6 +15,10 @@ void blasSgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, c
 void dnnlSgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                float* C, int64_t ldc);
 #endif
+// y = alpha x · op(B) for one row x [K]: B is [K, N], or [N, K] with trans_b. Threads only
+// where the weights are large enough to pay for them.
+void rowTimesMatrix(bool trans_b, int64_t K, int64_t N, float alpha, const float* x, const float* B, float* y);
+
 // The faster of the two where one is wanted without timing: oneDNN's when built with it.
 #ifdef KILN_WITH_DNNL
 constexpr SgemmFn kPreferredSgemm = dnnlSgemm;
