@@ -1,7 +1,9 @@
 #include "engine/builder.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <set>
 #include <thread>
 
 #include "backends/cpu/reference/kernel.h"
@@ -124,14 +126,18 @@ std::map<std::string, Dims> Builder::buildShapes(const Engine& e) const {
 }
 
 std::vector<std::string> Builder::affectingParameters() const {
-    const std::string base = dumpGraph(optimize());
+    const Graph optimized = optimize();
+    const std::string base = dumpGraph(optimized);
+    std::set<std::string> op_types;
+    for (const auto& n : optimized.nodes) op_types.insert(n.op_type);
     std::vector<std::string> out;
     for (const auto& p : space().parameters()) {
         if (p.hidden) continue;
         const bool runtime = p.owner == "runtime" || p.owner == "backends/cpu" || p.owner == "backends/cuda";
-        if (runtime) {  // they act at run time, on every model with nodes, on their own target
+        if (runtime) {  // they act at run time on their own target: kernel choices where the optimized graph has their ops
             const bool other_target = (p.owner == "backends/cuda") != (target_ == "cuda") && p.owner != "runtime";
-            if (!model_.nodes.empty() && !other_target) out.push_back(p.name);
+            const bool has_ops = p.ops.empty() || std::any_of(p.ops.begin(), p.ops.end(), [&](const std::string& op) { return op_types.count(op) > 0; });
+            if (!model_.nodes.empty() && !other_target && has_ops) out.push_back(p.name);
             continue;
         }
         for (const auto& v : p.values) {

@@ -15,6 +15,9 @@ struct ParameterSpec {
     std::string owner;                // pass / backend / runtime component that reads it
     std::string description;          // one line
     bool hidden = false;              // debug parameters: not listed, never expanded by globs
+    // Op types of the nodes a kernel choice acts on: the parameter is in a model's space only
+    // where its optimized graph has one (empty: a choice for every model).
+    std::vector<std::string> ops = {};
 };
 
 // A complete assignment name -> value, as passes and backends read it.

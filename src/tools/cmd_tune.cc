@@ -47,12 +47,22 @@ void execute(TuneCommand& c) {
     for (const auto& spec : c.shapes) o.input_shapes.insert(parseNamedShape(spec, "--shapes"));
     check(o.policy.iterations > 0 && o.policy.warmup >= 0 && o.policy.timeout_s > 0, "--iterations must be positive, --warmup non-negative, --timeout-per-candidate positive");
     if (c.dry_run) {
-        importOnnxModel(o.model_path);
-        auto routes = expandRouteExpression(o.expr.empty() ? "one-at-a-time" : o.expr, Builder::space(), o.seed).routes;
-        if (!c.strategy.empty() && c.strategy != "exhaustive")
-            std::cout << "strategy " << c.strategy << " chooses its candidates from the results; these are the routes of its domain\n";
-        for (const auto& r : routes) std::cout << r.hash() << "  " << r.changesText(Builder::space()) << "\n";
-        std::cout << routes.size() << " candidate routes (dry run: nothing built)\n";
+        const TunePlan plan = planTune(o, importOnnxModel(o.model_path));
+        if (c.json) {
+            nlohmann::json routes = nlohmann::json::array();
+            for (const auto& r : plan.routes) routes.push_back({{"route_hash", r.hash()}, {"changes", r.changesText(Builder::space())}});
+            std::cout << nlohmann::json{{"expression", plan.expression}, {"strategy", plan.strategy}, {"adaptive", plan.adaptive}, {"rule", plan.rule},
+                                        {"combinations", plan.combinations}, {"routes", routes}}
+                             .dump(2)
+                      << "\n";
+            return;
+        }
+        std::cout << "strategy " << plan.strategy << " over '" << plan.expression << "'\n";
+        if (plan.adaptive) std::cout << "phase 1 (" << plan.routes.size() << " routes):\n";
+        for (const auto& r : plan.routes) std::cout << r.hash() << "  " << r.changesText(Builder::space()) << "\n";
+        if (plan.adaptive) std::cout << plan.rule << "\n";
+        std::cout << plan.routes.size() << (plan.adaptive ? " routes in phase 1" : " candidate routes") << " (dry run: nothing built); then the "
+                  << o.finalists << " fastest, the default and up to " << o.effects << " single changes are re-measured in " << o.rounds << " interleaved rounds\n";
         return;
     }
     std::unique_ptr<MpiTuning> mpi;
@@ -82,11 +92,11 @@ void execute(TuneCommand& c) {
     std::map<std::string, int> outcomes;
     for (const auto& cand : r.candidates) ++outcomes[outcomeName(cand.outcome)];
     if (c.json) {
-        std::cout << nlohmann::json{{"expression", r.expression}, {"strategy", r.strategy}, {"best_gain", r.best_gain}, {"golden", r.golden_source}, {"candidates", r.candidates.size()}, {"from_cache", r.from_cache},
-                                    {"outcomes", outcomes}, {"best_route", r.best_route}, {"best_changes", best_changes}, {"speedup_over_default", r.speedup},
-                                    {"significant", r.significant}}
-                         .dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
-                  << "\n";
+        nlohmann::json j{{"expression", r.expression}, {"strategy", r.strategy}, {"best_gain", r.best_gain}, {"golden", r.golden_source}, {"candidates", r.candidates.size()},
+                         {"from_cache", r.from_cache}, {"outcomes", outcomes}, {"best_route", r.best_route}, {"best_changes", best_changes}, {"speedup_over_default", r.speedup},
+                         {"speedup_interval", {r.speedup_interval.low, r.speedup_interval.high}}, {"significant", r.significant}, {"noise", r.noise}};
+        if (r.verified) j["verification"] = {{"speedup", r.verification.estimate}, {"interval", {r.verification.low, r.verification.high}}, {"win_held", r.win_held}};
+        std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         return;
     }
     std::cout << "searched " << r.candidates.size() << " candidates (" << r.from_cache << " from cache" << (r.budget_exhausted ? ", budget exhausted" : "")
@@ -94,12 +104,18 @@ void execute(TuneCommand& c) {
     std::cout << "golden: " << r.golden_source << "\n";
     for (const auto& [k, v] : outcomes) std::cout << "  " << k << ": " << v << "\n";
     for (const auto& f : r.finalists)
-        std::printf("  finalist %-60s median %.3f ms (spread %.1f%%)\n", BuildRoute::parse(f.route, Builder::space()).changesText(Builder::space()).c_str(), f.median_ms,
-                    f.spread * 100);
-    if (r.significant) std::printf("best route: %s — %.2fx faster than the default route\n", best_changes.c_str(), r.speedup);
+        std::printf("  finalist %-60s median %.3f ms, %.3fx [%.3f, %.3f] (spread %.1f%%)\n", BuildRoute::parse(f.route, Builder::space()).changesText(Builder::space()).c_str(),
+                    f.median_ms, f.speedup.estimate, f.speedup.low, f.speedup.high, f.spread * 100);
+    if (r.significant)
+        std::printf("best route: %s — %.2fx faster than the default route (95%% interval %.2f-%.2fx)\n", best_changes.c_str(), r.speedup, r.speedup_interval.low,
+                    r.speedup_interval.high);
+    else if (!r.noise.empty()) std::printf("the timing stayed noisy (%s); keeping the default route\n", r.noise.c_str());
     else
-        std::printf("no significant gain over the default route (best finalist %+.1f%%; needs >= %.0f%% and more than the measured noise); keeping the default\n",
-                    r.best_gain * 100, o.min_gain * 100);
+        std::printf("no significant gain over the default route (best finalist %+.1f%%; its interval must clear %.0f%%); keeping the default\n", r.best_gain * 100,
+                    o.min_gain * 100);
+    if (r.verified)
+        std::printf("--verify %d: %.2fx [%.2f, %.2f] in fresh builds; the win %s\n", o.verify, r.verification.estimate, r.verification.low, r.verification.high,
+                    r.win_held ? "held" : "did not hold");
 }
 
 }  // namespace
@@ -108,6 +124,7 @@ void addTuneCommand(CLI::App& app) {
     auto c = std::make_shared<TuneCommand>();
     TunerOptions& o = c->options;
     CLI::App* cmd = app.add_subcommand("tune", "Search build routes for the fastest engine that meets the accuracy criterion");
+    cmd->option_defaults()->always_capture_default();
     cmd->add_option("model", o.model_path, "Model file (.onnx)")->required();
     cmd->add_option("--expr", o.expr, "Route expression whose routes (or, for greedy/mixed, whose parameter values) are searched; default: every value of the parameters that affect the model");
     cmd->add_option("--golden", o.golden_dir, "Folder with input_N.pb / output_N.pb (default: seeded random inputs, outputs of the f32 reference)");
@@ -123,7 +140,11 @@ void addTuneCommand(CLI::App& app) {
     cmd->add_option("--jobs", o.jobs, "Build and validate this many candidates in parallel (timing is always one at a time)");
     cmd->add_option("--warmup", o.policy.warmup, "Warm-up runs per candidate");
     cmd->add_option("--iterations", o.policy.iterations, "Timed runs per candidate");
-    cmd->add_option("--min-gain", o.min_gain, "Keep the default unless the best route is at least this much faster (fraction)");
+    cmd->add_option("--min-gain", o.min_gain, "Keep the default unless the best route's speedup interval clears this gain (fraction)");
+    cmd->add_option("--rounds", o.rounds, "Interleaved re-measurement rounds of the finalists")->check(CLI::PositiveNumber);
+    cmd->add_option("--finalists", o.finalists, "Fastest candidates re-measured against the default");
+    cmd->add_option("--verify", o.verify, "Rebuild the winner and the default this many times in fresh processes and re-measure them")->check(CLI::NonNegativeNumber);
+    cmd->add_option("--max-spread", o.max_spread, "Samples spread wider than this fraction of their median (or in two modes) count as a noisy machine");
     cmd->add_option("--seed", o.seed, "Seed for random inputs and random:N");
     cmd->add_option("-o,--output", c->output, "Write the best engine here");
     cmd->add_option("--report", c->report, "Write a report (.json or .md)");

@@ -7,6 +7,7 @@
 
 #include "engine/builder.h"
 #include "runtime/executor.h"
+#include "tuner/statistics.h"
 
 namespace kiln {
 
@@ -65,6 +66,7 @@ struct CandidateResult {
     double median_ms = 0;
     double spread = 0;       // (p90 - p10) / median of the samples
     std::string measured_by; // "local", or the MPI rank that built and timed it
+    Interval speedup;        // finalists: over the default, from the interleaved rounds
 };
 
 // JSON text form (tuning cache lines and MPI messages); fromJson throws on malformed input.

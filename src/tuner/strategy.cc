@@ -56,6 +56,14 @@ std::vector<BuildRoute> variations(const BuildRoute& base, const std::string& na
 }
 }  // namespace
 
+std::vector<BuildRoute> oneAtATimeRoutes(const Domain& domain, const ParameterSpace& space) {
+    const BuildRoute def = BuildRoute::defaults(space);
+    std::vector<BuildRoute> out = {def};
+    for (const auto& [name, values] : domain)
+        for (auto& r : variations(def, name, values, space)) out.push_back(std::move(r));
+    return out;
+}
+
 void searchGreedy(const Domain& domain, const ParameterSpace& space, const Evaluator& evaluate) {
     BuildRoute current = BuildRoute::defaults(space);
     const CandidateResult* base = evaluate.evaluate(current);

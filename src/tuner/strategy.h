@@ -27,6 +27,10 @@ enum class Strategy { Exhaustive, Greedy, Mixed };
 Strategy parseStrategy(const std::string& name);
 std::string strategyName(Strategy s);
 
+// The default, then each parameter of the domain changed alone to each of its other values:
+// the first phase of greedy and mixed, in the order they evaluate it.
+std::vector<BuildRoute> oneAtATimeRoutes(const Domain& domain, const ParameterSpace& space);
+
 // Every route in order.
 void searchExhaustive(const std::vector<BuildRoute>& routes, const Evaluator& evaluate);
 // Coordinate descent from the default: for each parameter try each value, keep the fastest

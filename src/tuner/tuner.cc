@@ -11,6 +11,7 @@
 #include "route/expression.h"
 #include "runtime/input_dims.h"
 #include "tuner/tuning_cache.h"
+#include "tuner/winner.h"
 
 namespace kiln {
 
@@ -146,6 +147,9 @@ public:
         return r.outcome == Outcome::Ok ? r.samples_ms : std::vector<double>{};
     }
 
+    // A new build and measurement, bypassing the cache (--verify).
+    CandidateResult measureFresh(const BuildRoute& route) const { return measure(route); }
+
 private:
     CandidateResult measure(const BuildRoute& route) const {
         if (o_.evaluate_override) return o_.evaluate_override(route);
@@ -172,63 +176,6 @@ private:
     size_t new_candidates_ = 0;
     double best_ = 0;
 };
-
-void chooseWinner(TuneResult& result, Search& search, const TunerOptions& o) {
-    const BuildRoute def = BuildRoute::defaults(Builder::space());
-    std::vector<CandidateResult> ok;
-    for (const auto& c : result.candidates)
-        if (c.outcome == Outcome::Ok) ok.push_back(c);
-    check(!ok.empty(), "no candidate passed the accuracy criterion (" + o.tolerance.text() + ")");
-    std::stable_sort(ok.begin(), ok.end(), [](const auto& a, const auto& b) { return a.median_ms < b.median_ms; });
-    std::vector<CandidateResult> finalists(ok.begin(), ok.begin() + static_cast<long>(std::min(o.finalists, ok.size())));
-    for (const auto& c : ok)
-        if (c.route_hash == def.hash() && std::none_of(finalists.begin(), finalists.end(), [&](const auto& f) { return f.route_hash == def.hash(); }))
-            finalists.push_back(c);
-    for (auto& f : finalists) f.samples_ms.clear();
-    for (int round = 0; round < o.rounds; ++round)  // interleaved: every finalist once per round
-        for (auto& f : finalists) {
-            auto s = search.remeasure(f, round);
-            f.samples_ms.insert(f.samples_ms.end(), s.begin(), s.end());
-        }
-    for (auto& f : finalists) {
-        summarizeSamples(f);
-        f.measured_by = "local (finalist re-measurement)";
-    }
-    finalists.erase(std::remove_if(finalists.begin(), finalists.end(), [](const auto& f) { return f.samples_ms.empty(); }), finalists.end());
-    check(!finalists.empty(), "every finalist failed when re-measured");
-    std::stable_sort(finalists.begin(), finalists.end(), [](const auto& a, const auto& b) { return a.median_ms < b.median_ms; });
-    result.finalists = finalists;
-    const CandidateResult& winner = finalists.front();
-    auto dflt = std::find_if(finalists.begin(), finalists.end(), [&](const auto& f) { return f.route_hash == def.hash(); });
-    if (dflt == finalists.end()) {  // the default failed accuracy or crashed: the fastest accurate route wins
-        result.best_route = winner.route;
-        result.significant = true;
-        return;
-    }
-    result.default_result = *dflt;
-    result.best_gain = dflt->median_ms / winner.median_ms - 1.0;
-    const double noise = (dflt->spread + winner.spread) / 2;
-    result.significant = winner.route_hash != def.hash() && result.best_gain >= o.min_gain && result.best_gain > noise;
-    result.best_route = result.significant ? winner.route : def.text();
-    result.speedup = result.significant ? 1.0 + result.best_gain : 1.0;
-}
-
-void computeEffects(TuneResult& result) {
-    const BuildRoute def = BuildRoute::defaults(Builder::space());
-    const CandidateResult* base = nullptr;
-    for (const auto& c : result.candidates)
-        if (c.route_hash == def.hash() && c.outcome == Outcome::Ok) base = &c;
-    if (!base) return;
-    for (const auto& c : result.candidates) {
-        if (c.outcome != Outcome::Ok) continue;
-        BuildRoute r = BuildRoute::parse(c.route, Builder::space());
-        std::vector<std::string> changed;
-        for (const auto& [k, v] : r.values())
-            if (v != def.get(k)) changed.push_back(k);
-        if (changed.size() == 1) result.effects.push_back({changed[0], r.get(changed[0]), c.median_ms / base->median_ms});
-    }
-    std::sort(result.effects.begin(), result.effects.end(), [](const auto& a, const auto& b) { return a.relative_latency < b.relative_latency; });
-}
 
 }  // namespace
 
@@ -260,18 +207,17 @@ Budget Budget::parse(const std::string& text) {
     return b;
 }
 
-TuneResult tune(const TunerOptions& o) {
-    TuneResult result;
-    Graph model = importOnnxModel(o.model_path);
-    std::vector<BuildRoute> routes;
+TunePlan planTune(const TunerOptions& o, const Graph& model) {
+    TunePlan plan;
     Domain domain;
     double combinations = 1;
+    std::vector<BuildRoute> routes;
     if (o.expr.empty()) {
-        domain = defaultDomain(model, o.policy.target, &result.expression);
+        domain = defaultDomain(model, o.policy.target, &plan.expression);
         for (const auto& [name, values] : domain) combinations *= static_cast<double>(values.size());
-        if (combinations <= kExhaustiveLimit) routes = expandRouteExpression(result.expression, Builder::space(), o.seed).routes;
+        if (combinations <= kExhaustiveLimit) routes = expandRouteExpression(plan.expression, Builder::space(), o.seed).routes;
     } else {
-        result.expression = o.expr;
+        plan.expression = o.expr;
         routes = expandRouteExpression(o.expr, Builder::space(), o.seed).routes;
         domain = domainOf(routes, Builder::space());
         combinations = static_cast<double>(routes.size());
@@ -280,20 +226,47 @@ TuneResult tune(const TunerOptions& o) {
     check(strategy != Strategy::Exhaustive || !routes.empty() || combinations <= kExhaustiveLimit,
           "--strategy exhaustive: the default search space has " + std::to_string(static_cast<long long>(combinations)) +
               " routes; give --expr to narrow it, or use greedy or mixed");
-    result.strategy = strategyName(strategy);
+    plan.strategy = strategyName(strategy);
+    plan.combinations = combinations;
+    plan.domain = domain;
+    if (strategy == Strategy::Exhaustive) {  // the default is always measured first
+        const BuildRoute def = BuildRoute::defaults(Builder::space());
+        plan.routes = {def};
+        for (const auto& r : routes)
+            if (r.hash() != def.hash()) plan.routes.push_back(r);
+        return plan;
+    }
+    plan.adaptive = true;
+    plan.routes = oneAtATimeRoutes(domain, Builder::space());
+    plan.rule = strategy == Strategy::Mixed ? "phase 2: every combination of the values that beat the default in phase 1 (accurate candidates only)"
+                                            : "greedy: parameters in order, each value tried from the fastest route so far, in two passes; once a value wins, "
+                                              "the later routes of phase 1 start from it";
+    return plan;
+}
+
+TuneResult tune(const TunerOptions& o) {
+    TuneResult result;
+    Graph model = importOnnxModel(o.model_path);
+    const TunePlan plan = planTune(o, model);
+    result.expression = plan.expression;
+    result.strategy = plan.strategy;
+    const Strategy strategy = parseStrategy(plan.strategy);
+    const Domain& domain = plan.domain;
+    const std::vector<BuildRoute>& routes = plan.routes;
     Golden golden = loadGolden(model, o);
     result.golden_source = golden.source;
     Search search(o, result, model, modelFileHash(o.model_path), golden);
     const BuildRoute def = BuildRoute::defaults(Builder::space());
-    const size_t total = strategy == Strategy::Exhaustive ? routes.size() + 1 : 0;
+    const size_t total = strategy == Strategy::Exhaustive ? routes.size() : 0;  // routes holds the default
     Evaluator evaluate{[&](const BuildRoute& r) { return search.evaluate(r, total); }, [&](const std::vector<BuildRoute>& r) { search.prefetch(r); }};
     if (evaluate.evaluate(def)) {  // the baseline is always measured first
         if (strategy == Strategy::Exhaustive) searchExhaustive(routes, evaluate);
         else if (strategy == Strategy::Greedy) searchGreedy(domain, Builder::space(), evaluate);
         else searchMixed(domain, Builder::space(), evaluate);
     }
-    chooseWinner(result, search, o);
-    computeEffects(result);
+    chooseWinner(
+        result, o, [&](const CandidateResult& c, int round) { return search.remeasure(c, round); },
+        [&](const BuildRoute& r) { return search.measureFresh(r); });
     return result;
 }
 

@@ -1,8 +1,8 @@
 // The Global Performance Tuner: searches build routes with a strategy, evaluates each
 // candidate in an isolated child process (build, accuracy check against golden data,
 // timing), records every result in a tuning cache, re-measures the finalists interleaved
-// and picks the fastest accurate route, keeping the default unless the gain is beyond the
-// measured noise and --min-gain.
+// and picks the fastest accurate route, keeping the default unless the speedup's interval
+// clears --min-gain on a quiet machine (winner.h).
 #pragma once
 #include <functional>
 #include <optional>
@@ -36,7 +36,10 @@ struct TunerOptions {
     size_t jobs = 1;                  // candidates built and validated in parallel (timing stays one at a time)
     double min_gain = 0.03;
     size_t finalists = 5;
+    size_t effects = 6;               // single-parameter changes re-measured for the effects table
     int rounds = 3;
+    int verify = 0;                   // --verify N: fresh builds of the winner and the default, N rounds
+    double max_spread = 0.25;         // samples wider (or two modes further apart) than this are noise
     uint64_t seed = 0;
     // Called after each candidate: (candidates so far, expected total or 0, result, best median so far).
     std::function<void(size_t, size_t, const CandidateResult&, double)> progress;
@@ -48,7 +51,8 @@ struct TunerOptions {
 
 struct ParameterEffect {
     std::string parameter, value;
-    double relative_latency;  // candidate median / default median (one parameter changed)
+    double relative_latency;  // candidate / default time (one parameter changed), re-measured
+    double low, high;         // its interval
 };
 
 struct TuneResult {
@@ -62,11 +66,28 @@ struct TuneResult {
     CandidateResult default_result;
     std::string best_route;                   // canonical text of the chosen route
     double best_gain = 0;                     // fastest finalist's gain over the default
-    double speedup = 1.0;                     // default median / chosen median
+    double speedup = 1.0;                     // the chosen route's speedup over the default
+    Interval speedup_interval;                // and its interval
     bool significant = false;
+    std::string noise;                        // why the timing could not be trusted ("" when it could)
+    bool verified = false, win_held = false;  // --verify ran; the win held
+    Interval verification;                    // --verify's measured speedup
     std::vector<ParameterEffect> effects;
     std::vector<std::string> warnings;
 };
+
+// What a tune run will search, before anything is built (--dry-run): the expression, the
+// strategy, and the routes it builds — all of them for exhaustive; for greedy and mixed the
+// first phase, with the rule that picks the rest from its results.
+struct TunePlan {
+    std::string expression, strategy;
+    std::vector<BuildRoute> routes;
+    bool adaptive = false;  // routes is phase 1; `rule` says what follows
+    std::string rule;
+    double combinations = 0;  // routes the parameters' values span
+    Domain domain;            // the parameters searched and their values
+};
+TunePlan planTune(const TunerOptions& options, const Graph& model);
 
 TuneResult tune(const TunerOptions& options);
 

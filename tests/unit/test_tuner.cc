@@ -9,24 +9,12 @@
 
 #include "test_helpers.h"
 #include "tuner/tuner.h"
+#include "tuner_test_helpers.h"
 
 using namespace kiln;
 using namespace kiln::testing;
 
 namespace {
-TunerOptions options(const std::string& expr, const std::string& cache) {
-    TunerOptions o;
-    o.model_path = std::string(KILN_SOURCE_DIR) + "/models/mlp/model.onnx";
-    o.golden_dir = std::string(KILN_SOURCE_DIR) + "/models/mlp/test_data_set_0";
-    o.expr = expr;
-    o.cache_path = cache;
-    o.policy.iterations = 3;
-    o.policy.warmup = 1;
-    o.policy.timeout_s = 3;
-    o.rounds = 1;
-    return o;
-}
-
 std::vector<std::string> cacheLines(const std::string& path) {
     std::ifstream in(path);
     std::vector<std::string> lines;
@@ -118,7 +106,7 @@ TEST(Tuner, ForeignAndCorruptCacheLinesAreSkippedWithWarnings) {
     TunerOptions o = options("default", cache);
     o.resume = true;
     TuneResult r = tune(o);
-    ASSERT_EQ(r.warnings.size(), 2u);
+    ASSERT_GE(r.warnings.size(), 2u);  // a loaded machine adds its noise warnings after these
     EXPECT_NE(r.warnings[0].find("corrupt"), std::string::npos);
     EXPECT_NE(r.warnings[1].find("another model"), std::string::npos);
     EXPECT_EQ(r.candidates.size(), 1u);

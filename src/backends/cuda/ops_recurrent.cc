@@ -2,6 +2,8 @@
 // no peepholes, every sequence at full length. The input projection of all steps is one
 // cuBLAS GEMM (f32 out); each step is a batched GEMM of the f32 states with R (over the
 // directions) and one elementwise kernel. Other forms run on the host.
+#include <cctype>
+
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_op.h"
 #include "backends/cuda/device_buffer.h"
@@ -58,8 +60,12 @@ std::vector<DeviceTensor> recurrent(OpContext& ctx) {
     const std::vector<std::string> defaults = lstm ? std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"} : gru ? std::vector<std::string>{"Sigmoid", "Tanh"} : std::vector<std::string>{"Tanh"};
     if (ctx.attrs().has("activations")) {
         const auto acts = ctx.attrs().getStrings("activations");
-        for (size_t i = 0; i < acts.size(); ++i)
-            if (acts[i] != defaults[i % defaults.size()]) ctx.unsupported("activation " + acts[i]);
+        auto lower = [](std::string v) {
+            for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+            return v;
+        };
+        for (size_t i = 0; i < acts.size(); ++i)  // names as the reference reads them: any case
+            if (lower(acts[i]) != lower(defaults[i % defaults.size()])) ctx.unsupported("activation " + acts[i]);
     }
     if (ctx.attrs().has("clip")) ctx.unsupported("clip");
     if (lstm && ctx.attrs().getInt("input_forget", 0) != 0) ctx.unsupported("input_forget");

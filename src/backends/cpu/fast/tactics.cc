@@ -50,6 +50,7 @@ std::vector<ParameterSpec> tacticParameters() {
         std::string list;
         for (const auto& o : ops) list += (list.empty() ? "" : ",") + o;
         p.description += " (" + list + ")";
+        p.ops.assign(ops.begin(), ops.end());
         out.push_back(p);
     }
     return out;
