@@ -83,7 +83,7 @@ std::string unstableSamples(const std::vector<double>& samples, double max_sprea
     const size_t fifth = (s.size() + 4) / 5;
     for (size_t i = fifth; i + fifth <= s.size(); ++i) {
         const double gap = (s[i] - s[i - 1]) / median;
-        if (gap > max_spread) {
+        if (gap > max_spread / 2) {
             std::snprintf(text, sizeof text, "two modes (%.3f and %.3f ms)", medianOf({s.begin(), s.begin() + static_cast<long>(i)}),
                           medianOf({s.begin() + static_cast<long>(i), s.end()}));
             return text;

@@ -23,8 +23,8 @@ using RoundSamples = std::vector<std::vector<double>>;
 Interval speedupInterval(const RoundSamples& baseline, const RoundSamples& candidate, double confidence = 0.95, int resamples = 1000, uint64_t seed = 1);
 
 // Why samples cannot be trusted ("" when they can): a spread (p90 - p10) / median above
-// max_spread, or two modes (a gap between consecutive sorted samples of more than
-// max_spread of the median with at least a fifth of the samples on each side).
+// max_spread, or two modes (a gap between consecutive sorted samples of more than half
+// max_spread of the median, with at least a fifth of the samples on each side).
 std::string unstableSamples(const std::vector<double>& samples, double max_spread);
 
 // Why the machine is too loaded to time on ("" when it is not): the 1-minute load average

@@ -69,8 +69,9 @@ void measureRounds(std::vector<Contender>& contenders, const Remeasure& remeasur
 }
 
 // Why the rounds [first, end) cannot be trusted, "" when they can.
-std::string noiseIn(const std::vector<Contender>& contenders, size_t first, double max_spread) {
-    if (std::string load = machineLoad(); !load.empty()) return load;
+std::string noiseIn(const std::vector<Contender>& contenders, size_t first, const TunerOptions& o) {
+    const double max_spread = o.max_spread;
+    if (std::string load = o.machine_load ? o.machine_load() : ""; !load.empty()) return load;
     for (const auto& c : contenders)
         for (size_t r = first; r < c.rounds.size(); ++r)
             if (std::string why = unstableSamples(c.rounds[r], max_spread); !why.empty())
@@ -106,11 +107,11 @@ void chooseWinner(TuneResult& result, const TunerOptions& o, const Remeasure& re
     const BuildRoute def = BuildRoute::defaults(Builder::space());
     std::vector<Contender> contenders = pickContenders(result, o);
     measureRounds(contenders, remeasure, 0, o.rounds);
-    std::string noise = noiseIn(contenders, 0, o.max_spread);
+    std::string noise = noiseIn(contenders, 0, o);
     if (!noise.empty()) {  // once more: a passing burst of load should not decide
         result.warnings.push_back("timing was noisy (" + noise + "); measuring the finalists again");
         measureRounds(contenders, remeasure, o.rounds, o.rounds);
-        noise = noiseIn(contenders, static_cast<size_t>(o.rounds), o.max_spread);
+        noise = noiseIn(contenders, static_cast<size_t>(o.rounds), o);
     }
     for (auto& c : contenders) {
         c.result.samples_ms.clear();
