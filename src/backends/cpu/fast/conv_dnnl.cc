@@ -224,6 +224,9 @@ std::shared_ptr<const CachedPrimitive> cachedPrimitive(const BlockedConv& g, con
 // node alone, as tactic.cpu.conv=auto does, picks two threads: what it costs shows in the
 // nodes around.)
 constexpr double kSharedConvFlops = 2e6;
+// Grouped and depthwise convs share down to fewer FLOPs (they are memory-bound), but not the
+// tiniest: Silero's depthwise convs took 1 us alone and 6 us on two threads of the 2-core VM.
+constexpr double kSharedGroupedConvFlops = 2e5;
 
 // A node's geometry and primitive for the inputs' dims of its last run (the executor's
 // KernelMemo): reading the attributes and finding the primitive took 2-3 us a call, a
@@ -255,7 +258,8 @@ std::shared_ptr<const PreparedConv> prepareConv(const KernelContext& ctx) {
         if (auto p = ctx.memo->get<PreparedConv>(); p && p->matches(ctx)) return p;
     auto p = std::make_shared<PreparedConv>(PreparedConv{PreparedConv::inputDims(ctx), cpuThreads(), cpuThreads(), geometry(ctx), nullptr, {}});
     const BlockedConv& g = p->g;
-    if (g.group == 1 && 2.0 * g.N * g.O * g.OH * g.OW * g.C * g.KH * g.KW < kSharedConvFlops) p->threads = 1;
+    const double flops = 2.0 * g.N * g.O * g.OH * g.OW * (g.C / g.group) * g.KH * g.KW;
+    if (flops < (g.group == 1 ? kSharedConvFlops : kSharedGroupedConvFlops)) p->threads = 1;
     try {
         p->prim = cachedPrimitive(p->g, ctx.node, p->threads);
     } catch (const dnnl::error& e) {

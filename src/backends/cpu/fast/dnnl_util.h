@@ -1,9 +1,11 @@
-// What the oneDNN-backed CPU tactics share: one CPU engine, and the OpenMP thread count
-// (which oneDNN uses) set for a scope. Only included where KILN_WITH_DNNL is defined.
+// What the oneDNN-backed CPU tactics share: one CPU engine (and, from parallel_for.h, the
+// scoped OpenMP thread count). Only included where KILN_WITH_DNNL is defined.
 #pragma once
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "backends/cpu/fast/parallel_for.h"
 
 namespace kiln {
 
@@ -12,16 +14,5 @@ inline const dnnl::engine& dnnlCpuEngine() {
     return engine;
 }
 
-struct ScopedOmpThreads {
-    int before = omp_get_max_threads();
-    explicit ScopedOmpThreads(int threads) {
-        if (threads != before) omp_set_num_threads(threads);
-    }
-    ~ScopedOmpThreads() {
-        if (omp_get_max_threads() != before) omp_set_num_threads(before);
-    }
-    ScopedOmpThreads(const ScopedOmpThreads&) = delete;
-    ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
-};
 
 }  // namespace kiln

@@ -1,6 +1,8 @@
 // Loops of the fast kernels over independent items, shared by the OpenMP team only where
 // the work pays for it.
 #pragma once
+#include <omp.h>
+
 #include <cstdint>
 
 #include "backends/cpu/fast/tactics.h"
@@ -21,5 +23,19 @@ void parallelFor(int64_t n, bool share, Body&& body) {
     }
     for (int64_t i = 0; i < n; ++i) body(i);
 }
+
+// The OpenMP thread count (which oneDNN and OpenBLAS's OpenMP build read at each call) set
+// for a scope.
+struct ScopedOmpThreads {
+    int before = omp_get_max_threads();
+    explicit ScopedOmpThreads(int threads) {
+        if (threads != before) omp_set_num_threads(threads);
+    }
+    ~ScopedOmpThreads() {
+        if (omp_get_max_threads() != before) omp_set_num_threads(before);
+    }
+    ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+    ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+};
 
 }  // namespace kiln
