@@ -132,16 +132,14 @@ TEST(CudaBackend, EngineRoundTripKeepsTactics) {
 
 TEST(CudaBackend, OpsWithoutGpuKernelRunOnTheCpuAndSaySo) {
     REQUIRE_GPU();
-    // TopK has no CUDA kernel: it runs on the CPU between GPU nodes, with the same result.
+    // Hardmax has no CUDA kernel: it runs on the CPU between GPU nodes, with the same result.
     Graph g;
     g.opset = 17;
     g.inputs.push_back({"x", DType::F32, Shape::fromDims({4, 16})});
-    g.initializers["k"] = Tensor::fromVector<int64_t>({1}, {3});
     g.nodes.push_back(Node{"relu", "Relu", "", {"x"}, {"r"}, {}});
-    g.nodes.push_back(Node{"topk", "TopK", "", {"r", "k"}, {"v", "i"}, {}});
-    g.nodes.push_back(Node{"neg", "Neg", "", {"v"}, {"y"}, {}});
-    g.outputs.push_back({"y", DType::F32, Shape::fromDims({4, 3})});
-    g.outputs.push_back({"i", DType::I64, Shape::fromDims({4, 3})});
+    g.nodes.push_back(Node{"hardmax", "Hardmax", "", {"r"}, {"h"}, {}});
+    g.nodes.push_back(Node{"neg", "Neg", "", {"h"}, {"y"}, {}});
+    g.outputs.push_back({"y", DType::F32, Shape::fromDims({4, 16})});
     Tensor x(DType::F32, {4, 16});
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 37) % 23) - 11.5f;
     auto want = GraphExecutor(g).run({{"x", x}});
@@ -149,9 +147,8 @@ TEST(CudaBackend, OpsWithoutGpuKernelRunOnTheCpuAndSaySo) {
     ExecutionContext ctx(e);
     auto got = ctx.run({{"x", x}});
     EXPECT_EQ(compareOutputs(got[0], want[0], "y").max_abs, 0.0);
-    EXPECT_EQ(compareOutputs(got[1], want[1], "i").max_abs, 0.0);
     ASSERT_EQ(ctx.stats().cpu_nodes.size(), 1u);
-    EXPECT_NE(ctx.stats().cpu_nodes[0].find("TopK"), std::string::npos);
+    EXPECT_NE(ctx.stats().cpu_nodes[0].find("Hardmax"), std::string::npos);
     EXPECT_FALSE(ctx.stats().graph_replayed);
 }
 
@@ -262,11 +259,9 @@ TEST(CudaBackend, ConvTransposeSiluAndConv1dMatchTheReference) {
 
 // Abs, Neg and Sign over integers (T5's relative position buckets) and Not over Bool
 // (RoBERTa's and DeBERTa's masks) run on the GPU, exactly as on the CPU.
-// Disabled: on an H100 (2026-12-06) this test crashed the process (a segfault, before that a
-// bad_alloc) somewhere in building or running an engine whose graph input feeds an integer
-// Abs directly; not found yet. The same kernels run T5's Abs and RoBERTa's and DeBERTa's Not
-// in the zoo with matching outputs.
-TEST(CudaBackend, DISABLED_IntegerAndBoolUnaryOpsMatchTheReference) {
+// It crashed the process on an H100 once (2026-12-06, cause not isolated); it passed there on
+// the commit after the executor's scratch-memory and memory-plan fixes.
+TEST(CudaBackend, IntegerAndBoolUnaryOpsMatchTheReference) {
     REQUIRE_GPU();
     std::mt19937 rng(41);
     Tensor a(DType::I64, {3, 50}), b(DType::I32, {7, 9}), m(DType::Bool, {2, 33});
@@ -278,6 +273,22 @@ TEST(CudaBackend, DISABLED_IntegerAndBoolUnaryOpsMatchTheReference) {
     expectExactOnGpu({oneNode(Node{"abs", "Abs", "", {"a"}, {"abs_a"}, {}}, {va}), oneNode(Node{"neg", "Neg", "", {"b"}, {"neg_b"}, {}}, {vb}),
                       oneNode(Node{"sign", "Sign", "", {"a"}, {"sign_a"}, {}}, {va}), oneNode(Node{"not", "Not", "", {"m"}, {"not_m"}, {}}, {vm})},
                      {{{"a", a}}, {{"b", b}}, {{"a", a}}, {{"m", m}}});
+    // Mod (RetinaNet's anchor arithmetic): the divisor's sign for integers, fmod's for
+    // fmod=1 and floats; negative values on both sides, no zero divisor.
+    Tensor d(DType::I64, {3, 50}), f(DType::F32, {3, 50}), g(DType::F32, {3, 50});
+    for (int64_t i = 0; i < d.numel(); ++i) {
+        const int64_t v = values(rng) % 17;
+        d.data<int64_t>()[i] = v == 0 ? 5 : v;
+        f.data<float>()[i] = static_cast<float>(values(rng)) / 7.f;
+        g.data<float>()[i] = static_cast<float>(d.data<int64_t>()[i]) * 0.75f;
+    }
+    const ValueInfo vd{"d", DType::I64, Shape::fromDims({3, 50})}, vf{"f", DType::F32, Shape::fromDims({3, 50})}, vg{"g", DType::F32, Shape::fromDims({3, 50})};
+    Node mod{"mod", "Mod", "", {"a", "d"}, {"mod_ad"}, {}}, fmod_int = mod, fmod_float{"fmodf", "Mod", "", {"f", "g"}, {"fmod_fg"}, {}};
+    fmod_int.name = "fmod_int";
+    fmod_int.attrs.set("fmod", int64_t{1});
+    fmod_float.attrs.set("fmod", int64_t{1});
+    expectExactOnGpu({oneNode(mod, {va, vd}), oneNode(fmod_int, {va, vd}), oneNode(fmod_float, {vf, vg})},
+                     {{{"a", a}, {"d", d}}, {{"a", a}, {"d", d}}, {{"f", f}, {"g", g}}});
 }
 
 // ArgMax/ArgMin (ties, select_last_index, keepdims off, inner axes), GatherElements (negative

@@ -67,9 +67,11 @@ std::vector<DeviceTensor> binary(OpContext& ctx) {
     if (ctx.numInputs() != 2) ctx.unsupported("variadic form with " + std::to_string(ctx.numInputs()) + " inputs");
     const DeviceTensor& a = ctx.input(0);
     const DeviceTensor& b = ctx.input(1);
-    const BinaryOp op = binaryOf(ctx.node.op_type);
+    const bool fmod = ctx.node.op_type == "Mod" && ctx.attrs().getInt("fmod", 0) != 0;
+    const BinaryOp op = ctx.node.op_type == "Mod" ? (fmod ? BinaryOp::Fmod : BinaryOp::Mod) : binaryOf(ctx.node.op_type);
     if (a.dtype != b.dtype) ctx.unsupported("mixed element types");
     const bool integer = a.dtype == DType::I64 || a.dtype == DType::I32;
+    if (op == BinaryOp::Mod) ctx.require(integer || !isDeviceFloat(a.dtype), "fmod must be 1 for floating-point inputs");
     if (isLogical(op) ? a.dtype != DType::Bool : !(isDeviceFloat(a.dtype) || (integer && op != BinaryOp::Pow)))
         ctx.unsupported("element type " + std::string(dtypeName(a.dtype)));
     const Dims dims = broadcastDims(a.dims, b.dims, ctx.node.describe());
@@ -150,7 +152,7 @@ void addElementwiseOps(std::map<std::string, OpFn>& ops) {
     for (const char* op : {"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Gelu", "Softplus", "Exp", "Log", "Sqrt",
                            "Neg", "Abs", "Erf", "Reciprocal", "Floor", "Ceil", "Sin", "Cos", "Elu", "Selu", "Softsign", "Sign", "Round"})
         ops[op] = unary;
-    for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And",
+    for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mod", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And",
                            "Or", "Xor"})
         ops[op] = binary;
     ops["Not"] = logicalNot;

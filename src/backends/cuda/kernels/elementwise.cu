@@ -84,6 +84,7 @@ __device__ __forceinline__ float arith(BinaryOp op, float a, float b) {
         case BinaryOp::Pow: return powf(a, b);
         case BinaryOp::Max: return fmaxf(a, b);
         case BinaryOp::Min: return fminf(a, b);
+        case BinaryOp::Fmod: return fmodf(a, b);
         default: return 0.f;
     }
 }
@@ -111,6 +112,13 @@ __global__ void binaryIntKernel(BinaryOp op, const T* a, View6 va, const T* b, V
             }
             case BinaryOp::Max: r = x > z ? x : z; break;
             case BinaryOp::Min: r = x < z ? x : z; break;
+            case BinaryOp::Mod:
+            case BinaryOp::Fmod: {  // as the reference: x % -1 is 0 (MIN % -1 traps), Mod takes the divisor's sign
+                if (z == 0 || z == T(-1)) break;
+                r = T(x % z);
+                if (op == BinaryOp::Mod && r != 0 && ((r < 0) != (z < 0))) r = T(r + z);
+                break;
+            }
             default: break;
         }
         y[i] = r;

@@ -52,7 +52,7 @@ struct UnaryFn {
 };
 
 enum class BinaryOp : int32_t {
-    Add, Sub, Mul, Div, Pow, Max, Min,                   // arithmetic: output in the input type
+    Add, Sub, Mul, Div, Pow, Max, Min, Mod, Fmod,        // arithmetic: output in the input type (Mod: integers, the divisor's sign)
     Equal, Less, Greater, LessOrEqual, GreaterOrEqual,  // comparisons: Bool output
     And, Or, Xor,                                       // Bool inputs and output
 };
@@ -69,7 +69,8 @@ void launchIntegerUnary(DType t, UnaryOp op, const void* x, void* y, int64_t n, 
 // y = !x over Bool, n elements.
 void launchNot(const void* x, void* y, int64_t n, cudaStream_t s);
 // y = post(a op b) over `shape`. Arithmetic: a, b, y of type t (float or I32/I64 for
-// Add/Sub/Mul/Div/Max/Min); comparisons: y Bool; logical: all Bool.
+// Add/Sub/Mul/Div/Max/Min/Mod/Fmod; integer division and modulo by zero give 0);
+// comparisons: y Bool; logical: all Bool.
 void launchBinary(DType t, BinaryOp op, const void* a, const View6& va, const void* b, const View6& vb, void* y, const Shape6& shape,
                   UnaryFn post, cudaStream_t s);
 // Element type conversion between any two of F32/F16/BF16/F64/I8/I16/I32/I64/U8/Bool.
