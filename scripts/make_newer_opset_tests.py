@@ -7,8 +7,9 @@ the GPU machine (onnx >= 1.16, onnxruntime and torch there):
 
 Each case exercises what changed in those opsets for operators Kiln supports: Pad's wrap
 mode (19), Resize's half_pixel_symmetric mode (19) with the axes and keep_aspect_ratio_policy
-attributes (18), AveragePool's dilations (19), Gelu (20), and whole models restamped or
-exported at opset 21."""
+attributes (18), AveragePool's dilations (19), Gelu (20), quantization (per-axis and per-block
+Q/DQ, 16-bit zero points, output_dtype; a model from ONNX Runtime's QDQ quantizer), and whole
+models restamped or exported at opset 21."""
 import io
 import os
 import sys
@@ -82,6 +83,32 @@ m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
 m.ir_version = 10
 cases["shape_ops_opset21"] = (m, [rand(2, 3, 4)])
 
+# Quantization at opsets 19 to 21: per-axis and per-block (21) scales, int16 and uint16 zero
+# points (21), and the output_dtype attribute (21) in place of a zero point.
+def graph_case(name, opset, nodes, x, inits, outputs):
+    g = helper.make_graph(nodes, name, [f32("x", list(x.shape))], [helper.make_tensor_value_info(n, t, None) for n, t in outputs],
+                          initializer=[numpy_helper.from_array(a, n) for n, a in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 10
+    cases[name] = (m, [x])
+
+
+xq = rand(2, 3, 8) * 4
+graph_case("qdq_per_axis_int8_opset19", 19,
+           [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1), helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)],
+           xq, {"s": np.array([0.02, 0.05, 0.11], np.float32), "z": np.array([-3, 0, 7], np.int8)}, [("q", TensorProto.INT8), ("y", TensorProto.FLOAT)])
+graph_case("qdq_blocked_int8_opset21", 21,
+           [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=2, block_size=3),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=2, block_size=3)],
+           xq, {"s": (rng.random((2, 3, 3)) * 0.1 + 0.01).astype(np.float32), "z": rng.integers(-5, 5, (2, 3, 3)).astype(np.int8)},
+           [("q", TensorProto.INT8), ("y", TensorProto.FLOAT)])
+for zt, nt, name in ((np.int16, TensorProto.INT16, "int16"), (np.uint16, TensorProto.UINT16, "uint16")):
+    graph_case(f"qdq_{name}_opset21", 21,
+               [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
+               xq, {"s": np.array(0.0007, np.float32), "z": np.array(300, zt)}, [("q", nt), ("y", TensorProto.FLOAT)])
+graph_case("quantize_output_dtype_opset21", 21, [helper.make_node("QuantizeLinear", ["x", "s"], ["y"], output_dtype=TensorProto.INT8)],
+           xq, {"s": np.array(0.03, np.float32)}, [("y", TensorProto.INT8)])
+
 # Kiln's bundled models restamped at opset 21 by ONNX's version converter.
 here = os.path.dirname(os.path.abspath(__file__))
 for name in ("small_cnn", "transformer_block", "mlp"):
@@ -130,6 +157,30 @@ try:
     cases["small_torch_dynamo_opset20"] = (exported, [x.numpy()])
 except Exception as e:  # the exporter is not what this test set is about; note and go on
     print("torch export skipped:", repr(e)[:300])
+
+# A QDQ model from ONNX Runtime's static quantizer (per-channel int8 weights, uint8
+# activations, MinMax calibration on random inputs), restamped at opset 21.
+try:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self, name, shape):
+            self.items = iter([{name: rand(*shape)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    src = os.path.join(here, "..", "models", "small_cnn", "model.onnx")
+    m = onnx.load(src)
+    vi = m.graph.input[0]
+    shape = [d.dim_value if d.dim_value > 0 else 1 for d in vi.type.tensor_type.shape.dim]
+    quantize_static(src, "/tmp/small_cnn_qdq.onnx", Reader(vi.name, shape), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    q = onnx.load("/tmp/small_cnn_qdq.onnx")
+    q = version_converter.convert_version(q, 21) if max(i.version for i in q.opset_import if i.domain in ("", "ai.onnx")) < 21 else q
+    cases["small_cnn_qdq_ort_opset21"] = (q, [rand(*shape)])
+except Exception as e:
+    print("ORT quantizer skipped:", repr(e)[:300])
 
 out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
 tar = tarfile.open(os.path.join(out_dir, "newer_opsets.tar.gz"), "w:gz")

@@ -39,6 +39,9 @@ const std::vector<OpSupport>& supportedOps() {
         {"If", 1}, {"Loop", 1}, {"Scan", 9},
         // detection
         {"NonMaxSuppression", 10},
+        // quantization
+        {"QuantizeLinear", 10}, {"DequantizeLinear", 10}, {"DynamicQuantizeLinear", 11}, {"MatMulInteger", 10},
+        {"ConvInteger", 10}, {"QLinearMatMul", 10}, {"QLinearConv", 10},
         // losses (used by exported training-aware graphs; inference semantics)
         {"NegativeLogLikelihoodLoss", 12}, {"SoftmaxCrossEntropyLoss", 12},
     };

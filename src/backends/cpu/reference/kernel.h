@@ -109,5 +109,6 @@ void registerFusedKernels(KernelRegistry& r);
 void registerDetectionKernels(KernelRegistry& r);
 void registerControlFlowKernels(KernelRegistry& r);
 void registerRecurrentKernels(KernelRegistry& r);
+void registerQuantizeKernels(KernelRegistry& r);
 
 }  // namespace kiln

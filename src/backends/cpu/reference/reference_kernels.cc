@@ -41,6 +41,7 @@ const KernelRegistry& referenceKernels() {
         registerDetectionKernels(r);
         registerControlFlowKernels(r);
         registerRecurrentKernels(r);
+        registerQuantizeKernels(r);
         return r;
     }();
     return registry;
