@@ -38,7 +38,7 @@ const std::vector<OpSupport>& supportedOps() {
         // control flow (subgraphs)
         {"If", 1}, {"Loop", 1}, {"Scan", 9},
         // detection
-        {"NonMaxSuppression", 10},
+        {"NonMaxSuppression", 10}, {"RoiAlign", 10}, {"GridSample", 16},
         // quantization
         {"QuantizeLinear", 10}, {"DequantizeLinear", 10}, {"DynamicQuantizeLinear", 11}, {"MatMulInteger", 10},
         {"ConvInteger", 10}, {"QLinearMatMul", 10}, {"QLinearConv", 10},

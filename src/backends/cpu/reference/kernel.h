@@ -110,5 +110,6 @@ void registerDetectionKernels(KernelRegistry& r);
 void registerControlFlowKernels(KernelRegistry& r);
 void registerRecurrentKernels(KernelRegistry& r);
 void registerQuantizeKernels(KernelRegistry& r);
+void registerSamplingKernels(KernelRegistry& r);
 
 }  // namespace kiln

@@ -42,6 +42,7 @@ const KernelRegistry& referenceKernels() {
         registerControlFlowKernels(r);
         registerRecurrentKernels(r);
         registerQuantizeKernels(r);
+        registerSamplingKernels(r);
         return r;
     }();
     return registry;
