@@ -68,7 +68,8 @@ TEST(CudaBackend, AttentionTacticsAgree) {
 }
 
 // One kiln Attention node on random inputs, both layouts, key counts that leave a partial
-// key tile and pass the old 2048-key limit, a causal (-inf) mask; both tactics, f32 and f16.
+// key tile and pass the old 2048-key limit, a causal (-inf) mask; every tactic, f32, f16
+// and bf16.
 TEST(CudaBackend, FusedAttentionMatchesReferenceInBothLayouts) {
     REQUIRE_GPU();
     struct Shapes {
@@ -80,6 +81,12 @@ TEST(CudaBackend, FusedAttentionMatchesReferenceInBothLayouts) {
         {false, {6, 5, 32}, {6, 32, 9}, {6, 9, 32}, {}},
         {true, {2, 37, 3, 64}, {2, 70, 3, 64}, {2, 70, 3, 64}, {1, 1, 37, 70}},
         {true, {1, 5, 2, 128}, {1, 2100, 2, 128}, {1, 2100, 2, 96}, {1, 2, 5, 2100}},
+        // Head sizes the flash kernel pads (80, 72, 40), ViT's 197 tokens, a single key, a
+        // padding mask broadcast over heads and rows.
+        {true, {1, 197, 3, 80}, {1, 197, 3, 80}, {1, 197, 3, 80}, {}},
+        {false, {2, 4, 197, 64}, {2, 4, 64, 197}, {2, 4, 197, 64}, {2, 1, 1, 197}},
+        {false, {4, 50, 96}, {4, 96, 130}, {4, 130, 96}, {4, 50, 130}},
+        {true, {3, 33, 2, 72}, {3, 1, 2, 72}, {3, 1, 2, 40}, {}},
     };
     std::mt19937 rng(5);
     for (const auto& c : cases) {
@@ -103,10 +110,15 @@ TEST(CudaBackend, FusedAttentionMatchesReferenceInBothLayouts) {
         g.outputs = {{"y", DType::F32, {}}};
         auto want = GraphExecutor(g).run(inputs);
         const std::string what = std::string(c.bshd ? "bshd " : "canonical ") + dimsToString(c.q) + " x " + dimsToString(c.k);
-        for (const char* tactic : {"fused", "gemm"}) {
+        for (const char* tactic : {"fused", "gemm"})
             expectMatches(buildCuda(g, std::string("precision.activations=f32;tactic.cuda.attention=") + tactic), inputs, want, 1e-5, what + " f32 " + tactic);
-            expectMatches(buildCuda(g, std::string("tactic.cuda.attention=") + tactic), inputs, want, 2e-2, what + " f16 " + tactic);
+        for (const char* tactic : {"flash", "fused", "gemm"}) {
+            Engine e = buildCuda(g, std::string("tactic.cuda.attention=") + tactic, &inputs);
+            ASSERT_EQ(e.tactics.size(), 1u) << what;
+            EXPECT_EQ(e.tactics.begin()->second, tactic) << what << ": the forced kernel ran";
+            expectMatches(e, inputs, want, 2e-2, what + " f16 " + tactic);
         }
+        expectMatches(buildCuda(g, "precision.activations=bf16;tactic.cuda.attention=flash"), inputs, want, 5e-2, what + " bf16 flash");
     }
 }
 

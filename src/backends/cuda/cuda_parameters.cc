@@ -11,8 +11,8 @@ std::vector<ParameterSpec> cudaParameters() {
         // the algorithms timed one convolution at a time (bench/results, 2026-12-02).
         {"tactic.cuda.conv", {"heuristic", "auto"}, "heuristic", owner, "cuDNN forward algorithm per convolution: cuDNN's heuristic, or timed at build time", false,
          {"Conv", "FusedConv", "ConvTranspose"}},
-        {"tactic.cuda.attention", {"auto", "fused", "gemm"}, "auto", owner,
-         "Attention kernel: fused (scores stay on chip), two tensor-core GEMMs around a softmax, or timed", false, {"Attention"}},
+        {"tactic.cuda.attention", {"auto", "flash", "fused", "gemm"}, "auto", owner,
+         "Attention kernel: flash (tensor cores, scores stay on chip; f16/bf16, heads up to 128), fused (f32 math on chip), two tensor-core GEMMs around a softmax, or timed", false, {"Attention"}},
         {"runtime.cuda_graph", {"on", "off"}, "on", owner, "Capture each input shape's run in a CUDA graph and replay it"},
         {"precision.activations", {"auto", "f32", "f16", "bf16"}, "auto", owner,
          "GPU storage/compute type of float values (auto: f16, f32 accumulation); the CPU always computes f32"},

@@ -186,19 +186,35 @@ std::vector<DeviceTensor> attention(OpContext& ctx) {
     DeviceTensor out = ctx.output(0, q.logical, out_dims);
     const float scale = ctx.attrs().getFloat("scale", 1.0f);
     const bool fused_ok = g.D <= kFusedAttentionMaxHead && g.E <= kFusedAttentionMaxHead && g.batch * g.heads < 65536;
+    const bool flash_ok = flashAttentionSupports(t, g);
+    auto flash = [&] { launchFlashAttention(t, g, q.data, kt.data, v.data, mt, mask, vm, score_shape, out.data, scale, ctx.stream()); };
     auto fused = [&] { launchFusedAttention(t, g, q.data, kt.data, v.data, mt, mask, vm, score_shape, out.data, scale, ctx.stream()); };
     auto gemm = [&] { attentionByGemm(ctx, t, g, out, scale, mask, mt, vm, score_shape); };
     std::string choice = ctx.tactic;
     if (choice.empty()) {
         const std::string wanted = routeValue(ctx.route, "tactic.cuda.attention");
-        if (wanted != "auto") choice = wanted;
-        else if (!fused_ok) choice = "gemm";
-        else if (ctx.calibrate) choice = timeOnStream(ctx.stream(), fused) <= timeOnStream(ctx.stream(), gemm) ? "fused" : "gemm";
-        else choice = g.batch * g.heads * g.S <= 8192 && g.T <= 2048 ? "fused" : "gemm";  // no timing: short sequences fuse
+        if (wanted != "auto") {
+            choice = wanted;
+        } else if (ctx.calibrate) {  // the fastest of the kernels that take these operands
+            float best = timeOnStream(ctx.stream(), gemm);
+            choice = "gemm";
+            if (fused_ok) {
+                const float ms = timeOnStream(ctx.stream(), fused);
+                if (ms < best) best = ms, choice = "fused";
+            }
+            if (flash_ok && timeOnStream(ctx.stream(), flash) < best) choice = "flash";
+        } else if (flash_ok) {
+            choice = "flash";
+        } else {
+            choice = fused_ok && g.batch * g.heads * g.S <= 8192 && g.T <= 2048 ? "fused" : "gemm";  // no timing: short sequences fuse
+        }
     }
+    // A forced kernel that cannot take these operands gives way to the next general one.
+    if (choice == "flash" && !flash_ok) choice = fused_ok ? "fused" : "gemm";
     if (choice == "fused" && !fused_ok) choice = "gemm";
     ctx.chosen_tactic = choice;
-    if (choice == "fused") fused();
+    if (choice == "flash") flash();
+    else if (choice == "fused") fused();
     else gemm();
     return {out};
 }

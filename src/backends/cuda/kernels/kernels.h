@@ -169,6 +169,11 @@ struct AttentionOperands : AttentionGeometry {
 AttentionGeometry attentionGeometry(bool bshd, int64_t batch, int64_t heads, int64_t S, int64_t T, int64_t D, int64_t E);
 void launchFusedAttention(DType t, const AttentionGeometry& g, const void* q, const void* k, const void* v, DType mt, const void* mask,
                           const View6& vm, const Shape6& score_shape, void* out, float scale, cudaStream_t s);
+// The same on tensor cores (FlashAttention-2 style): f16 and bf16, head sizes up to 128.
+constexpr int64_t kFlashAttentionMaxHead = 128;
+bool flashAttentionSupports(DType t, const AttentionGeometry& g);
+void launchFlashAttention(DType t, const AttentionGeometry& g, const void* q, const void* k, const void* v, DType mt, const void* mask,
+                          const View6& vm, const Shape6& score_shape, void* out, float scale, cudaStream_t s);
 
 // Pooling on NCHW (or NHWC when channels_last) 2-D data.
 struct Pool2d {
