@@ -81,7 +81,13 @@ Attribute convertAttribute(const onnx::AttributeProto& a, const std::string& whe
 // Per-op conversions from ONNX conventions to IR ones: element types named by ONNX
 // TensorProto numbers become Kiln dtype names.
 void convertNodeAttributes(Node& n) {
-    static const std::map<std::string, std::string> dtype_attrs = {{"Cast", "to"}, {"EyeLike", "dtype"}, {"QuantizeLinear", "output_dtype"}};
+    static const std::map<std::string, std::string> dtype_attrs = {{"Cast", "to"},
+                                                                        {"EyeLike", "dtype"},
+                                                                        {"QuantizeLinear", "output_dtype"},
+                                                                        {"HannWindow", "output_datatype"},
+                                                                        {"HammingWindow", "output_datatype"},
+                                                                        {"BlackmanWindow", "output_datatype"},
+                                                                        {"MelWeightMatrix", "output_datatype"}};
     auto it = dtype_attrs.find(n.op_type);
     if (it == dtype_attrs.end() || !n.attrs.has(it->second)) return;
     DType t = dtypeFromOnnx(static_cast<int>(n.attrs.getInt(it->second)), n.describe() + " attribute '" + it->second + "'");

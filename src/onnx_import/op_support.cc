@@ -34,11 +34,13 @@ const std::vector<OpSupport>& supportedOps() {
         {"ScatterElements", 11}, {"Scatter", 9}, {"Expand", 8}, {"Tile", 1}, {"Pad", 1}, {"Cast", 1}, {"CastLike", 15},
         {"Shape", 1}, {"Size", 1}, {"ConstantOfShape", 9}, {"Constant", 1}, {"Range", 11}, {"Resize", 10},
         {"Upsample", 7}, {"Einsum", 12}, {"DepthToSpace", 1}, {"SpaceToDepth", 1}, {"Trilu", 14}, {"OneHot", 9},
-        {"EyeLike", 9}, {"NonZero", 9}, {"Compress", 9},
+        {"EyeLike", 9}, {"NonZero", 9}, {"Compress", 9}, {"Unique", 11}, {"MaxUnpool", 9}, {"Det", 11},
         // control flow (subgraphs)
         {"If", 1}, {"Loop", 1}, {"Scan", 9},
         // detection
         {"NonMaxSuppression", 10}, {"RoiAlign", 10}, {"GridSample", 16},
+        // signal processing
+        {"HannWindow", 17}, {"HammingWindow", 17}, {"BlackmanWindow", 17}, {"DFT", 17}, {"STFT", 17}, {"MelWeightMatrix", 17},
         // quantization
         {"QuantizeLinear", 10}, {"DequantizeLinear", 10}, {"DynamicQuantizeLinear", 11}, {"MatMulInteger", 10},
         {"ConvInteger", 10}, {"QLinearMatMul", 10}, {"QLinearConv", 10},

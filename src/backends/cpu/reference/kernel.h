@@ -111,5 +111,7 @@ void registerControlFlowKernels(KernelRegistry& r);
 void registerRecurrentKernels(KernelRegistry& r);
 void registerQuantizeKernels(KernelRegistry& r);
 void registerSamplingKernels(KernelRegistry& r);
+void registerSignalKernels(KernelRegistry& r);
+void registerMiscKernels(KernelRegistry& r);
 
 }  // namespace kiln

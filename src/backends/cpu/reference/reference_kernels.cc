@@ -43,6 +43,8 @@ const KernelRegistry& referenceKernels() {
         registerRecurrentKernels(r);
         registerQuantizeKernels(r);
         registerSamplingKernels(r);
+        registerSignalKernels(r);
+        registerMiscKernels(r);
         return r;
     }();
     return registry;
