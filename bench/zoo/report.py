@@ -37,27 +37,27 @@ def summary_line(r):
 def newest(part):
     """The newest day's results of one part, its files merged (a zoo run may come in parts,
     see run_zoo.py --tag): for each model and batch the last file's row, where a skipped row
-    never hides a measured one."""
+    never hides a measured one. Only files of one setup (cores, threads, GPU) merge; where the
+    day has several, the one that measured the most models is shown (a partial run on another
+    GPU does not hide the zoo-wide one; its file stays in bench/results)."""
     files = sorted(glob.glob(os.path.join(ROOT, "bench", "results", f"*-zoo-{part}-*.json")))
     if not files:
         return None
     day = os.path.basename(files[-1])[:10]
-    merged, meta = {}, None
-    with open(files[-1]) as f:
-        last = json.load(f)["meta"]
-    same_setup = lambda m: all(m.get(k) == last.get(k) for k in ("cores", "threads", "gpu"))
+    setup_of = lambda m: tuple(str(m.get(k)) for k in ("cores", "threads", "gpu"))
+    by_setup = {}  # setup -> (meta, merged rows)
     for path in (f for f in files if os.path.basename(f).startswith(day)):
         with open(path) as f:
             res = json.load(f)
-        if not same_setup(res["meta"]):
-            continue  # another machine or thread count: not comparable with the newest run
-        meta = meta or res["meta"]
+        meta, merged = by_setup.setdefault(setup_of(res["meta"]), (res["meta"], {}))
         for r in res["results"]:
             key = (r["model"], r.get("batch"))
             if "skipped" in r and key in merged and "skipped" not in merged[key]:
                 continue
             merged[key] = r
-    measured = {m for (m, _), r in merged.items() if "skipped" not in r}
+    measured_of = lambda merged: {m for (m, _), r in merged.items() if "skipped" not in r}
+    meta, merged = max(by_setup.values(), key=lambda v: len(measured_of(v[1])))
+    measured = measured_of(merged)
     return {"meta": meta, "results": [r for r in merged.values() if "skipped" not in r or r["model"] not in measured]}
 
 

@@ -32,7 +32,9 @@ struct QuantParams {
 
 QuantParams quantParams(const KernelContext& ctx, const Tensor& x, const Tensor& scale, const Tensor* zp) {
     QuantParams q;
-    if (zp) ctx.require(zp->dims() == scale.dims(), "zero point " + zp->summary() + " and scale " + scale.summary() + " differ in shape");
+    // Exporters pair a [1] scale with a scalar zero point (ONNX Runtime's quantizer does).
+    if (zp) ctx.require(zp->dims() == scale.dims() || (zp->numel() == 1 && scale.numel() == 1),
+                        "zero point " + zp->summary() + " and scale " + scale.summary() + " differ in shape");
     const int64_t block = ctx.attrs().getInt("block_size", 0);
     if (scale.numel() == 1 && block == 0) return q;
     q.per_tensor = false;
