@@ -196,7 +196,9 @@ TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
         c.node.attrs.set("perm", perm);
         expectTacticMatchesReference(c, "fast");
     }
-    for (const Dims& dims : {Dims{2, 37, 70}, Dims{3, 2, 64, 33}}) {  // swapping the last two axes: whole and partial 32 x 32 tiles
+    // Swapping the last two axes: whole and partial 32 x 32 tiles, 8 x 8 register blocks with
+    // and without ragged edges.
+    for (const Dims& dims : {Dims{2, 37, 70}, Dims{3, 2, 64, 33}, Dims{1, 48, 136}, Dims{2, 40, 24}}) {
         Case c{node("Transpose"), {randomTensor(dims, rng)}};
         std::vector<int64_t> perm(dims.size());
         for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int64_t>(d);

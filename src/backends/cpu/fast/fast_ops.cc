@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/fast/epilogue.h"
 #include "backends/cpu/fast/max_or_nan.h"
 #include "backends/cpu/fast/parallel_for.h"
 #include "backends/cpu/fast/sgemm.h"
 #include "backends/cpu/fast/softmax_row.h"
 #include "backends/cpu/fast/tactics.h"
+#include "backends/cpu/fast/transpose8x8.h"
 #include "backends/cpu/reference/kernel_util.h"
 
 namespace kiln {
@@ -334,6 +336,21 @@ void coalescePermutation(const Dims& dims, const std::vector<int64_t>& perm, Dim
     }
 }
 
+// dst[c][r] = src[r][c] over rows [r0, r1) and columns [c0, c1), both multiples of 8 long,
+// of an R x C matrix of 4-byte elements, one 8 x 8 register transpose per block.
+__attribute__((target("avx2"))) void transposeBlocks8(const uint32_t* src, uint32_t* dst, int64_t R, int64_t C, int64_t r0, int64_t r1, int64_t c0,
+                                                     int64_t c1) {
+    // Columns outside: each destination row is written in one run of the tile's rows, which
+    // keeps those rows cached even when they lie a multiple of 4 KB apart (one cache set).
+    for (int64_t c = c0; c < c1; c += 8)
+        for (int64_t r = r0; r < r1; r += 8) {
+            __m256 v[8];
+            for (int i = 0; i < 8; ++i) v[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(src + (r + i) * C + c));
+            transpose8x8(v);
+            for (int j = 0; j < 8; ++j) _mm256_storeu_ps(reinterpret_cast<float*>(dst + (c + j) * R + r), v[j]);
+        }
+}
+
 // Transpose of 4-byte elements: a batch of 32 x 32 tiles where the last two (coalesced)
 // axes swap, row copies where the last axis stays, element gathers otherwise.
 std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
@@ -366,12 +383,17 @@ std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
         constexpr int64_t kTile = 32;
         const int64_t R = dims[rank - 2], C = dims[rank - 1], batch = x.numel() / std::max<int64_t>(R * C, 1);
         const int64_t tiles_r = (R + kTile - 1) / kTile, tiles_c = (C + kTile - 1) / kTile;
+        const bool avx2 = cpuHasAvx2Fma();
         parallelFor(batch * tiles_r * tiles_c, y.numel() > 65536, [&](int64_t t) {
             const int64_t b = t / (tiles_r * tiles_c), r0 = t / tiles_c % tiles_r * kTile, c0 = t % tiles_c * kTile;
+            const int64_t r1 = std::min(R, r0 + kTile), c1 = std::min(C, c0 + kTile);
             const uint32_t* src = px + b * R * C;
             uint32_t* dst = py + b * R * C;
-            for (int64_t c = c0; c < std::min(C, c0 + kTile); ++c)
-                for (int64_t r = r0; r < std::min(R, r0 + kTile); ++r) dst[c * R + r] = src[r * C + c];
+            // Whole 8 x 8 blocks in registers; the tile's ragged edges element by element.
+            const int64_t r8 = avx2 ? r0 + (r1 - r0) / 8 * 8 : r0, c8 = avx2 ? c0 + (c1 - c0) / 8 * 8 : c0;
+            if (r8 > r0 && c8 > c0) transposeBlocks8(src, dst, R, C, r0, r8, c0, c8);
+            for (int64_t c = c0; c < c1; ++c)
+                for (int64_t r = (c < c8 ? r8 : r0); r < r1; ++r) dst[c * R + r] = src[r * C + c];
         });
         return {y};
     }
