@@ -127,6 +127,16 @@ std::function<double(double)> unaryFunction(const std::string& name, float p0, f
     ctx.fail("unknown fused activation '" + name + "'");
 }
 
+Tensor tensorFromDoubles(DType t, const Dims& dims, const std::vector<double>& values, const KernelContext& ctx) {
+    Tensor out = Tensor::uninitialized(t, dims);
+    dispatchNumeric(t, ctx.node.describe(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T* p = out.data<T>();
+        for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(values[i]);
+    });
+    return out;
+}
+
 std::vector<int64_t> intsFromInputOrAttr(const KernelContext& ctx, size_t input, const std::string& attr) {
     if (const Tensor* t = ctx.optionalInput(input)) return t->toInt64Vector();
     return ctx.attrs().getInts(attr);

@@ -149,6 +149,8 @@ Tensor mapElements(const Tensor& x, F f) {
 std::function<double(double)> unaryFunction(const std::string& name, float p0, float p1, const KernelContext& ctx);
 
 // Reads an optional 1-D integer input (e.g. axes) or falls back to an attribute.
+// Values computed in double, stored as a tensor of numeric type `t` (static_cast per element).
+Tensor tensorFromDoubles(DType t, const Dims& dims, const std::vector<double>& values, const KernelContext& ctx);
 std::vector<int64_t> intsFromInputOrAttr(const KernelContext& ctx, size_t input, const std::string& attr);
 
 // Spatial padding resolved from pads / auto_pad for pooling and convolution.

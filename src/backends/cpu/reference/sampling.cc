@@ -11,17 +11,6 @@ namespace {
 
 enum class Padding { Zeros, Border, Reflection };
 
-// The results, summed in double, stored in the input's float type.
-Tensor fromDoubles(DType t, const Dims& dims, const std::vector<double>& v, const KernelContext& ctx) {
-    Tensor out = Tensor::uninitialized(t, dims);
-    dispatchFloat(t, ctx.node.describe(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        T* p = out.data<T>();
-        for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<T>(v[i]);
-    });
-    return out;
-}
-
 // Folds x into [lo, hi] by reflecting at the borders as often as it takes.
 double reflect(double x, double lo, double hi) {
     const double range = hi - lo;
@@ -129,7 +118,7 @@ std::vector<Tensor> gridSample(const KernelContext& ctx) {
                 out[(n * C + c) * Ho * Wo + p] = v;
             }
         }
-    return {fromDoubles(x.dtype(), {N, C, Ho, Wo}, out, ctx)};
+    return {tensorFromDoubles(x.dtype(), {N, C, Ho, Wo}, out, ctx)};
 }
 
 // RoiAlign: each region [x1, y1, x2, y2] (scaled by spatial_scale) split into
@@ -197,7 +186,7 @@ std::vector<Tensor> roiAlign(const KernelContext& ctx) {
                 }
         }
     }
-    return {fromDoubles(x.dtype(), {R, C, oh, ow}, out, ctx)};
+    return {tensorFromDoubles(x.dtype(), {R, C, oh, ow}, out, ctx)};
 }
 
 }  // namespace

@@ -10,17 +10,6 @@ namespace kiln {
 
 namespace {
 
-// Values computed in double, stored in `t`.
-Tensor storeAs(DType t, const Dims& dims, const std::vector<double>& v, const KernelContext& ctx) {
-    Tensor out = Tensor::uninitialized(t, dims);
-    dispatchNumeric(t, ctx.node.describe(), [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        T* p = out.data<T>();
-        for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<T>(v[i]);
-    });
-    return out;
-}
-
 DType outputDatatype(const KernelContext& ctx) { return parseDType(ctx.attrs().getString("output_datatype", "f32")); }
 
 template <int kKind>  // 0 Hann, 1 Hamming, 2 Blackman
@@ -36,7 +25,7 @@ std::vector<Tensor> window(const KernelContext& ctx) {
         else if constexpr (kKind == 1) w[i] = 25.0 / 46.0 - (1 - 25.0 / 46.0) * std::cos(a);
         else w[i] = 0.42 - 0.5 * std::cos(a) + 0.08 * std::cos(2 * a);
     }
-    return {storeAs(outputDatatype(ctx), {n}, w, ctx)};
+    return {tensorFromDoubles(outputDatatype(ctx), {n}, w, ctx)};
 }
 
 // A signal [..., length, 1 or 2] read as complex values along `axis`.
@@ -97,7 +86,7 @@ std::vector<Tensor> dft(const KernelContext& ctx) {
             for (int64_t f = 0; f < bins; ++f)
                 for (int c = 0; c < 2; ++c) out[((o * bins + f) * s.inner + k) * 2 + c] = col[2 * f + c];
         }
-    return {storeAs(x.dtype(), out_dims, out, ctx)};
+    return {tensorFromDoubles(x.dtype(), out_dims, out, ctx)};
 }
 
 // STFT(signal [batch, length, 1|2], frame_step, window?, frame_length?) ->
@@ -124,7 +113,7 @@ std::vector<Tensor> stft(const KernelContext& ctx) {
             }
             transform(re, im, frame, bins, false, out.data() + (b * frames + f) * bins * 2);
         }
-    return {storeAs(x.dtype(), {s.outer, frames, bins, 2}, out, ctx)};
+    return {tensorFromDoubles(x.dtype(), {s.outer, frames, bins, 2}, out, ctx)};
 }
 
 // Triangular filters evenly spaced on the mel scale, as [dft_length / 2 + 1, num_mel_bins].
@@ -152,7 +141,7 @@ std::vector<Tensor> melWeightMatrix(const KernelContext& ctx) {
             for (int64_t j = left; j <= centre; ++j) set(j, i, static_cast<double>(j - left) / static_cast<double>(centre - left));
         for (int64_t j = centre; j < right; ++j) set(j, i, static_cast<double>(right - j) / static_cast<double>(right - centre));
     }
-    return {storeAs(outputDatatype(ctx), {bins, mels}, w, ctx)};
+    return {tensorFromDoubles(outputDatatype(ctx), {bins, mels}, w, ctx)};
 }
 
 }  // namespace
