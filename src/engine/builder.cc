@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "backends/cpu/cpu_features.h"
 #include "backends/cpu/reference/kernel.h"
 #include "backends/cpu/fast/tactics.h"
 #include "backends/cuda/cuda_executor.h"
@@ -64,6 +65,26 @@ RouteValues Builder::passRoute(const BuildRoute& r) const {
     RouteValues v = r.values();
     v[kTargetKey] = target_;
     return v;
+}
+
+BuildRoute keepNativeCpuPrecisions(const BuildRoute& route, bool native_f16, bool native_bf16, std::vector<std::string>* warnings) {
+    BuildRoute out = route;
+    for (const char* p : {"precision.matmul", "precision.conv", "precision.attention", "precision.norm", "precision.elementwise"}) {
+        if (!Builder::space().find(p)) continue;
+        const std::string v = route.get(p);
+        const bool emulated = (v == "f16" && !native_f16) || (v == "bf16" && !native_bf16);
+        if (!emulated) continue;
+        out.set(p, "f32", Builder::space());
+        if (warnings)
+            warnings->push_back(std::string(p) + "=" + v + ": this CPU has no native " + v + " (" + (v == "f16" ? "AVX512-FP16" : "AVX512-BF16 or AMX-BF16") +
+                                "), where it would be emulated about 100x slower than f32; the engine keeps f32");
+    }
+    return out;
+}
+
+void Builder::setBuildRoute(const BuildRoute& route) {
+    warnings_.clear();
+    route_ = targetKind(target_) == "cpu" ? keepNativeCpuPrecisions(route, cpuHasNativeF16(), cpuHasNativeBf16(), &warnings_) : route;
 }
 
 Engine Builder::build() const {

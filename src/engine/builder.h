@@ -16,7 +16,11 @@ public:
 
     // Every parameter: passes, runtime and hidden debug parameters.
     static const ParameterSpace& space();
-    void setBuildRoute(const BuildRoute& route) { route_ = route; }
+    // On the CPU, reduced precisions the machine would only emulate are set back to f32,
+    // each with a warning (keepNativeCpuPrecisions).
+    void setBuildRoute(const BuildRoute& route);
+    // What the builder changed or doubts about the route, one line each (the CLI prints them).
+    const std::vector<std::string>& warnings() const { return warnings_; }
     const BuildRoute& getBuildRoute() const { return route_; }
     void setShapeProfile(ShapeProfile profile);
     // Tactic timings are looked up in / added to this cache (not owned; may be null).
@@ -41,7 +45,13 @@ private:
     ShapeProfile profile_;
     BuildRoute route_;
     TimingCache* timing_cache_ = nullptr;
+    std::vector<std::string> warnings_;
 };
+
+// The route with each CPU precision parameter (precision.matmul, .conv, .attention, .norm,
+// .elementwise) that asks for f16 or bf16 without native support set back to f32, and a
+// warning for each: a precision never makes an engine slower without saying so.
+BuildRoute keepNativeCpuPrecisions(const BuildRoute& route, bool native_f16, bool native_bf16, std::vector<std::string>* warnings);
 
 // The memory planner parameter, read by the runtime from the engine's route.
 const ParameterSpec& memoryPlannerParameter();

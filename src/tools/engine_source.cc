@@ -1,5 +1,6 @@
 #include "tools/engine_source.h"
 
+#include <iostream>
 #include <sstream>
 
 #include "engine/tactic_selection.h"
@@ -51,6 +52,7 @@ namespace {
 Engine buildFromGraph(Graph graph, const std::string& model, const BuildOptions& o, const std::map<std::string, Dims>& exact) {
     Builder builder(std::move(graph), modelFileHash(model), o.target);
     builder.setBuildRoute(routeFromOptions(o));
+    for (const auto& w : builder.warnings()) std::cerr << "kiln: warning: " << w << "\n";
     ShapeProfile profile;
     for (const auto& spec : o.max_shapes) {
         auto [name, dims] = parseNamedShape(spec, "--maxShapes");

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "backends/cpu/cpu_features.h"
 #include "engine/builder.h"
 #include "route/expression.h"
 
@@ -92,4 +93,35 @@ TEST(Expression, HiddenParametersAreNotExpandedByGlobs) {
     EXPECT_NE(errorOf([] { expandRouteExpression("debug.*=*", space()); }).find("matches no parameter"), std::string::npos);
     auto named = expandRouteExpression("debug.fault=[none,wrong]", space());
     EXPECT_EQ(named.routes.size(), 2u);
+}
+
+// A reduced CPU precision the machine would only emulate goes back to f32 with a warning;
+// one it computes natively stays; the CUDA target's precisions are not the CPU's business.
+TEST(BuildRoute, EmulatedCpuPrecisionsStayF32WithAWarning) {
+    const BuildRoute asked = BuildRoute::parse("precision.matmul=f16;precision.conv=bf16;precision.attention=f16", Builder::space());
+    std::vector<std::string> warnings;
+    const BuildRoute kept = keepNativeCpuPrecisions(asked, false, true, &warnings);
+    EXPECT_EQ(kept.get("precision.matmul"), "f32");
+    EXPECT_EQ(kept.get("precision.attention"), "f32");
+    EXPECT_EQ(kept.get("precision.conv"), "bf16");
+    ASSERT_EQ(warnings.size(), 2u);
+    EXPECT_NE(warnings[0].find("precision.matmul=f16"), std::string::npos) << warnings[0];
+    EXPECT_NE(warnings[0].find("keeps f32"), std::string::npos) << warnings[0];
+    warnings.clear();
+    EXPECT_EQ(keepNativeCpuPrecisions(asked, true, true, &warnings), asked);
+    EXPECT_TRUE(warnings.empty());
+    EXPECT_EQ(keepNativeCpuPrecisions(asked, false, false, &warnings).get("precision.conv"), "f32");
+
+    Graph g;
+    g.inputs.push_back({"x", DType::F32, Shape::fromDims({2, 3})});
+    g.nodes.push_back(Node{"relu", "Relu", "", {"x"}, {"y"}, {}});
+    g.outputs = {{"y", DType::F32, {}}};
+    Builder cpu(g, "test", "cpu");
+    cpu.setBuildRoute(asked);
+    EXPECT_EQ(cpu.getBuildRoute().get("precision.matmul") == "f16", cpuHasNativeF16());
+    EXPECT_EQ(cpu.warnings().empty(), cpuHasNativeF16() && cpuHasNativeBf16());
+    Builder cuda(g, "test", "cuda");
+    cuda.setBuildRoute(asked);
+    EXPECT_EQ(cuda.getBuildRoute(), asked);
+    EXPECT_TRUE(cuda.warnings().empty());
 }

@@ -20,4 +20,22 @@ bool cpuHasAvx512() {
 #endif
 }
 
+bool cpuHasNativeF16() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const bool yes = __builtin_cpu_supports("avx512fp16");
+    return yes;
+#else
+    return false;
+#endif
+}
+
+bool cpuHasNativeBf16() {
+#if defined(__x86_64__) || defined(__i386__)
+    static const bool yes = __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+    return yes;
+#else
+    return false;
+#endif
+}
+
 }  // namespace kiln
