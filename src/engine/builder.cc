@@ -69,14 +69,15 @@ RouteValues Builder::passRoute(const BuildRoute& r) const {
 
 BuildRoute keepNativeCpuPrecisions(const BuildRoute& route, bool native_f16, bool native_bf16, std::vector<std::string>* warnings) {
     BuildRoute out = route;
-    for (const char* p : {"precision.matmul", "precision.conv", "precision.attention", "precision.norm", "precision.elementwise"}) {
-        if (!Builder::space().find(p)) continue;
+    for (const ParameterSpec& spec : Builder::space().parameters()) {
+        if (spec.owner != "precision_assignment") continue;  // the CPU's per-op-class precisions
+        const std::string& p = spec.name;
         const std::string v = route.get(p);
         const bool emulated = (v == "f16" && !native_f16) || (v == "bf16" && !native_bf16);
         if (!emulated) continue;
         out.set(p, "f32", Builder::space());
         if (warnings)
-            warnings->push_back(std::string(p) + "=" + v + ": this CPU has no native " + v + " (" + (v == "f16" ? "AVX512-FP16" : "AVX512-BF16 or AMX-BF16") +
+            warnings->push_back(p + "=" + v + ": this CPU has no native " + v + " (" + (v == "f16" ? "AVX512-FP16" : "AVX512-BF16 or AMX-BF16") +
                                 "), where it would be emulated about 100x slower than f32; the engine keeps f32");
     }
     return out;

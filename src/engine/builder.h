@@ -48,8 +48,8 @@ private:
     std::vector<std::string> warnings_;
 };
 
-// The route with each CPU precision parameter (precision.matmul, .conv, .attention, .norm,
-// .elementwise) that asks for f16 or bf16 without native support set back to f32, and a
+// The route with each CPU precision parameter (those of the precision_assignment pass:
+// precision.matmul, .conv, ...) that asks for f16 or bf16 without native support set back to f32, and a
 // warning for each: a precision never makes an engine slower without saying so.
 BuildRoute keepNativeCpuPrecisions(const BuildRoute& route, bool native_f16, bool native_bf16, std::vector<std::string>* warnings);
 

@@ -108,7 +108,7 @@ std::vector<Tensor> unique(const KernelContext& ctx) {
         return v;
     };
     std::map<std::vector<double>, int64_t> first;  // slice -> first occurrence
-    std::vector<int64_t> order, inverse_key(static_cast<size_t>(len));
+    std::vector<int64_t> order;
     std::vector<std::vector<double>> keys(static_cast<size_t>(len));
     for (int64_t s = 0; s < len; ++s) {
         keys[s] = slice(s);

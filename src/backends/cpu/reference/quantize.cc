@@ -3,7 +3,6 @@
 // integer products MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv. The integer
 // products subtract the zero points into f64 operands and run the reference MatMul and Conv,
 // which sum in f64: exact for every int8/uint8 product sum below 2^53.
-#include <cfenv>
 #include <cmath>
 #include <limits>
 
@@ -59,12 +58,21 @@ double saturated(double v) {
     return std::min(std::max(v, static_cast<double>(std::numeric_limits<T>::lowest())), static_cast<double>(std::numeric_limits<T>::max()));
 }
 
-// round(v) half to even, plus the zero point, saturated to the type of `out`; written at i.
-void storeQuantized(Tensor& out, int64_t i, double v) {
-    dispatchNumeric(out.dtype(), "quantized output", [&](auto tag) {
+// A tensor of 8- or 16-bit integer type `t` whose element i is value(i) saturated to the
+// type; value(i) is already rounded (std::nearbyint: half to even in the default rounding
+// mode, as the Round kernel relies on too) and shifted by the zero point.
+template <typename F>
+Tensor quantizedTensor(DType t, const Dims& dims, F value, const KernelContext& ctx) {
+    ctx.require(isQuantizedType(t) && t != DType::I32, "output type " + std::string(dtypeName(t)) + " is not supported");
+    Tensor y(t, dims);
+    dispatchNumeric(t, ctx.node.describe(), [&](auto tag) {
         using T = typename decltype(tag)::type;
-        if constexpr (std::is_integral_v<T>) out.data<T>()[i] = static_cast<T>(saturated<T>(v));
+        if constexpr (std::is_integral_v<T>) {
+            T* py = y.data<T>();
+            for (int64_t i = 0; i < y.numel(); ++i) py[i] = static_cast<T>(saturated<T>(value(i)));
+        }
     });
+    return y;
 }
 
 std::vector<Tensor> quantizeLinear(const KernelContext& ctx) {
@@ -73,17 +81,14 @@ std::vector<Tensor> quantizeLinear(const KernelContext& ctx) {
     const Tensor* zp = ctx.optionalInput(2);
     DType out_type = zp ? zp->dtype() : DType::U8;
     if (!zp && ctx.attrs().has("output_dtype")) out_type = parseDType(ctx.attrs().getString("output_dtype", "u8"));
-    ctx.require(isQuantizedType(out_type) && out_type != DType::I32, "output type " + std::string(dtypeName(out_type)) + " is not supported");
     const QuantParams q = quantParams(ctx, x, scale, zp);
-    Tensor y(out_type, x.dims());
-    std::fesetround(FE_TONEAREST);
-    for (int64_t i = 0; i < x.numel(); ++i) {
+    auto value = [&](int64_t i) {
         const int64_t p = q.index(i);
         // The division in the scale's precision, as the spec's reference computes it.
         const float v = static_cast<float>(x.scalarAt(i)) / static_cast<float>(scale.scalarAt(p));
-        storeQuantized(y, i, std::nearbyint(v) + (zp ? zp->scalarAt(p) : 0.0));
-    }
-    return {y};
+        return std::nearbyint(v) + (zp ? zp->scalarAt(p) : 0.0);
+    };
+    return {quantizedTensor(out_type, x.dims(), value, ctx)};
 }
 
 std::vector<Tensor> dequantizeLinear(const KernelContext& ctx) {
@@ -114,11 +119,9 @@ std::vector<Tensor> dynamicQuantizeLinear(const KernelContext& ctx) {
     float lo = 0.f, hi = 0.f;
     for (int64_t i = 0; i < x.numel(); ++i) lo = std::min(lo, px[i]), hi = std::max(hi, px[i]);
     const float scale = (hi - lo) / 255.f;
-    std::fesetround(FE_TONEAREST);
     // All zeros: any scale represents them; 0 keeps the division finite.
     const double zp = scale == 0.f ? 0.0 : saturated<uint8_t>(std::nearbyint(0.f - lo / scale));
-    Tensor y(DType::U8, x.dims());
-    for (int64_t i = 0; i < x.numel(); ++i) storeQuantized(y, i, scale == 0.f ? zp : std::nearbyint(px[i] / scale) + zp);
+    Tensor y = quantizedTensor(DType::U8, x.dims(), [&](int64_t i) { return scale == 0.f ? zp : std::nearbyint(px[i] / scale) + zp; }, ctx);
     return {y, Tensor::scalar<float>(scale), Tensor::scalar<uint8_t>(static_cast<uint8_t>(zp))};
 }
 
@@ -194,13 +197,9 @@ std::vector<Tensor> convInteger(const KernelContext& ctx) {
 template <typename ScaleAt>
 Tensor requantize(const KernelContext& ctx, const Tensor& acc, ScaleAt scale_at, const Tensor& y_scale, const Tensor* y_zp, DType out_type) {
     ctx.require(y_scale.numel() == 1 && (!y_zp || y_zp->numel() == 1), "y_scale and y_zero_point must be scalars");
-    ctx.require(isQuantizedType(out_type) && out_type != DType::I32, "output type " + std::string(dtypeName(out_type)) + " is not supported");
-    Tensor y(out_type, acc.dims());
     const double ys = y_scale.scalarAt(0), z = y_zp ? y_zp->scalarAt(0) : 0.0;
     const double* p = acc.data<double>();
-    std::fesetround(FE_TONEAREST);
-    for (int64_t i = 0; i < acc.numel(); ++i) storeQuantized(y, i, std::nearbyint(p[i] * scale_at(i) / ys) + z);
-    return y;
+    return quantizedTensor(out_type, acc.dims(), [&](int64_t i) { return std::nearbyint(p[i] * scale_at(i) / ys) + z; }, ctx);
 }
 
 std::vector<Tensor> qlinearMatMul(const KernelContext& ctx) {

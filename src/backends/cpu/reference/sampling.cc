@@ -10,6 +10,7 @@ namespace kiln {
 namespace {
 
 enum class Padding { Zeros, Border, Reflection };
+enum class Interpolation { Nearest, Linear, Cubic };
 
 // Folds x into [lo, hi] by reflecting at the borders as often as it takes.
 double reflect(double x, double lo, double hi) {
@@ -66,10 +67,11 @@ std::vector<Tensor> gridSample(const KernelContext& ctx) {
     const int64_t N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
     ctx.require(grid.rank() == 4 && grid.dims()[0] == N && grid.dims()[3] == 2, "grid must be [N, H_out, W_out, 2], got " + grid.summary());
     const int64_t Ho = grid.dims()[1], Wo = grid.dims()[2];
-    std::string mode = ctx.attrs().getString("mode", ctx.opset >= 20 ? "linear" : "bilinear");
-    if (mode == "bilinear") mode = "linear";
-    if (mode == "bicubic") mode = "cubic";
-    ctx.require(mode == "linear" || mode == "nearest" || mode == "cubic", "unknown mode '" + mode + "'");
+    const std::string mode_name = ctx.attrs().getString("mode", ctx.opset >= 20 ? "linear" : "bilinear");
+    Interpolation mode = Interpolation::Linear;  // "bilinear" and "bicubic" are opset 16's names
+    if (mode_name == "nearest") mode = Interpolation::Nearest;
+    else if (mode_name == "cubic" || mode_name == "bicubic") mode = Interpolation::Cubic;
+    else ctx.require(mode_name == "linear" || mode_name == "bilinear", "unknown mode '" + mode_name + "'");
     const std::string pad = ctx.attrs().getString("padding_mode", "zeros");
     ctx.require(pad == "zeros" || pad == "border" || pad == "reflection", "unknown padding_mode '" + pad + "'");
     const Padding padding = pad == "zeros" ? Padding::Zeros : pad == "border" ? Padding::Border : Padding::Reflection;
@@ -88,7 +90,7 @@ std::vector<Tensor> gridSample(const KernelContext& ctx) {
             for (int64_t p = 0; p < Ho * Wo; ++p) {
                 double gx = denormalize(grid.scalarAt((n * Ho * Wo + p) * 2), W);
                 double gy = denormalize(grid.scalarAt((n * Ho * Wo + p) * 2 + 1), H);
-                if (mode == "nearest") gx = std::nearbyint(gx), gy = std::nearbyint(gy);
+                if (mode == Interpolation::Nearest) gx = std::nearbyint(gx), gy = std::nearbyint(gy);
                 if (gx < x_lo || gx > x_hi || gy < y_lo || gy > y_hi) {
                     if (padding == Padding::Border) {
                         gx = std::clamp(gx, 0.0, static_cast<double>(W - 1)), gy = std::clamp(gy, 0.0, static_cast<double>(H - 1));
@@ -97,9 +99,9 @@ std::vector<Tensor> gridSample(const KernelContext& ctx) {
                     }
                 }
                 double v = 0;
-                if (mode == "nearest") {
+                if (mode == Interpolation::Nearest) {
                     v = s.at(static_cast<int64_t>(std::nearbyint(gy)), static_cast<int64_t>(std::nearbyint(gx)));
-                } else if (mode == "linear") {
+                } else if (mode == Interpolation::Linear) {
                     const double fx = std::floor(gx), fy = std::floor(gy), dx = gx - fx, dy = gy - fy;
                     const int64_t c0 = static_cast<int64_t>(fx), r0 = static_cast<int64_t>(fy);
                     v = (1 - dy) * ((1 - dx) * s.at(r0, c0) + dx * s.at(r0, c0 + 1)) + dy * ((1 - dx) * s.at(r0 + 1, c0) + dx * s.at(r0 + 1, c0 + 1));
