@@ -56,5 +56,6 @@ Pass conv1dAsConv2dPass();
 Pass einsumToMatMulPass();
 Pass softmaxFusionPass();
 Pass matmulWeightLayoutPass();
+Pass qdqFusionPass();
 
 }  // namespace kiln

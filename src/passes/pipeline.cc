@@ -8,6 +8,7 @@ namespace kiln {
 const std::vector<Pass>& passPipeline() {
     static const std::vector<Pass> pipeline = {
         identityEliminationPass(),
+        qdqFusionPass(),  // before constant folding dequantizes the weights
         constantFoldingPass(),
         commonSubexpressionPass(),
         reshapeChainPass(),

@@ -28,6 +28,8 @@ const std::vector<Tactic>& fastTactics() {
         addRecurrentTactics(t);
         addDataTactics(t);
         addReduceTactics(t);
+        addQuantizeTactics(t);
+        addQuantizedDnnlTactics(t);
         return t;
     }();
     return tactics;

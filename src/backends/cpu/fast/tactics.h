@@ -51,5 +51,7 @@ void addDeconvTactics(std::vector<Tactic>& t);
 void addRecurrentTactics(std::vector<Tactic>& t);
 void addDataTactics(std::vector<Tactic>& t);
 void addReduceTactics(std::vector<Tactic>& t);
+void addQuantizeTactics(std::vector<Tactic>& t);
+void addQuantizedDnnlTactics(std::vector<Tactic>& t);
 
 }  // namespace kiln

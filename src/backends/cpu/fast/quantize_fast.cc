@@ -1,0 +1,95 @@
+// QuantizeLinear and DequantizeLinear per tensor between f32 and 8-bit integers: what stays of
+// a QDQ model's Q/DQ nodes once qdq_fusion has folded those around its convs and matmuls
+// (around its adds, pools and concats). One vectorizable loop each, with the reference
+// kernel's arithmetic (one f32 division, round half to even, saturate), so the results are
+// the same to the bit. Other forms (per axis, blocked, 16-bit) take the reference kernel.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "backends/cpu/fast/parallel_for.h"
+#include "backends/cpu/fast/tactics.h"
+
+namespace kiln {
+
+namespace {
+
+bool eightBit(DType t) { return t == DType::I8 || t == DType::U8; }
+
+// Scalar f32 scale and an 8-bit zero point: the per-tensor form the loops below take.
+bool perTensor8Bit(const KernelContext& ctx, DType quantized) {
+    const Tensor* zp = ctx.optionalInput(2);
+    return ctx.input(1).numel() == 1 && ctx.input(1).dtype() == DType::F32 && zp && zp->numel() == 1 && zp->dtype() == quantized && eightBit(quantized) &&
+           ctx.attrs().getInt("block_size", 0) == 0;
+}
+
+constexpr int64_t kChunk = 1 << 16;  // elements per shared item: big enough to pay for a thread
+
+template <typename T>
+__attribute__((target_clones("avx512f", "avx2", "default"))) void quantizeRun(const float* x, T* y, int64_t n, float scale, float zp) {
+    const float lo = static_cast<float>(std::numeric_limits<T>::lowest()), hi = static_cast<float>(std::numeric_limits<T>::max());
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(std::min(std::max(std::nearbyint(x[i] / scale) + zp, lo), hi));
+}
+
+template <typename T>
+__attribute__((target_clones("avx512f", "avx2", "default"))) void dequantizeRun(const T* x, float* y, int64_t n, float scale, int32_t zp) {
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(static_cast<int32_t>(x[i]) - zp) * scale;
+}
+
+template <typename F>
+void inChunks(int64_t n, F run) {
+    parallelFor((n + kChunk - 1) / kChunk, n >= 2 * kChunk, [&](int64_t c) { run(c * kChunk, std::min(n, (c + 1) * kChunk) - c * kChunk); });
+}
+
+std::vector<Tensor> fastQuantize(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Tensor* zp = ctx.optionalInput(2);
+    if (x.dtype() != DType::F32 || !zp || !perTensor8Bit(ctx, zp->dtype())) return referenceFallback(ctx);
+    const float scale = static_cast<float>(ctx.input(1).scalarAt(0)), z = static_cast<float>(zp->scalarAt(0));
+    Tensor y = ctx.output(0, zp->dtype(), x.dims());
+    const float* px = x.data<float>();
+    if (zp->dtype() == DType::U8) inChunks(x.numel(), [&](int64_t at, int64_t n) { quantizeRun(px + at, y.data<uint8_t>() + at, n, scale, z); });
+    else inChunks(x.numel(), [&](int64_t at, int64_t n) { quantizeRun(px + at, y.data<int8_t>() + at, n, scale, z); });
+    return {y};
+}
+
+std::vector<Tensor> fastDequantize(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    if (!perTensor8Bit(ctx, x.dtype())) return referenceFallback(ctx);
+    const float scale = static_cast<float>(ctx.input(1).scalarAt(0));
+    const auto z = static_cast<int32_t>(ctx.input(2).scalarAt(0));
+    Tensor y = ctx.output(0, DType::F32, x.dims());
+    float* py = y.data<float>();
+    if (x.dtype() == DType::U8) inChunks(x.numel(), [&](int64_t at, int64_t n) { dequantizeRun(x.data<uint8_t>() + at, py + at, n, scale, z); });
+    else inChunks(x.numel(), [&](int64_t at, int64_t n) { dequantizeRun(x.data<int8_t>() + at, py + at, n, scale, z); });
+    return {y};
+}
+
+// Whether a node is of the per-tensor 8-bit form where its parameters' types are known at
+// build time (constants or typed values); nodes it turns out not to be at run time take the
+// reference kernel there.
+bool supportsPerTensor(const Node& n, const Graph& g) {
+    if (n.inputs.size() < 3 || n.inputs[2].empty() || n.attrs.getInt("block_size", 0) != 0) return false;
+    auto scalarOf = [&](const std::string& v, DType* type) {
+        if (auto c = g.initializers.find(v); c != g.initializers.end()) {
+            *type = c->second.dtype();
+            return c->second.numel() == 1;
+        }
+        const ValueInfo* info = g.findValueInfo(v);
+        if (!info || !info->shape.fullyKnown() || numElements(info->shape.concrete()) != 1) return false;
+        *type = info->dtype;
+        return true;
+    };
+    DType scale = DType::Undefined, zp = DType::Undefined;
+    return scalarOf(n.inputs[1], &scale) && scalarOf(n.inputs[2], &zp) && scale == DType::F32 && eightBit(zp);
+}
+
+}  // namespace
+
+void addQuantizeTactics(std::vector<Tactic>& t) {
+    t.push_back({"fast", "elementwise", {"QuantizeLinear"}, supportsPerTensor, fastQuantize});
+    t.push_back({"fast", "elementwise", {"DequantizeLinear"}, supportsPerTensor, fastDequantize});
+}
+
+}  // namespace kiln

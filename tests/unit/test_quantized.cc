@@ -1,0 +1,239 @@
+// Quantized models on the CPU: the qdq_fusion pass (QDQ around Conv/MatMul -> QLinearConv /
+// QLinearMatMul), oneDNN's int8 kernels against the ONNX reference kernels, and the fast
+// per-tensor QuantizeLinear/DequantizeLinear against theirs (bit for bit).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "backends/cpu/fast/tactics.h"
+#include "pass_test_helpers.h"
+#include "passes/pass.h"
+
+namespace kiln::testing {
+namespace {
+
+template <typename T>
+Tensor randomInts(const Dims& dims, std::mt19937& rng, int lo, int hi) {
+    Tensor t(DTypeOf<T>::value, dims);
+    std::uniform_int_distribution<int> d(lo, hi);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = static_cast<T>(d(rng));
+    return t;
+}
+
+Tensor randomScales(int64_t n, std::mt19937& rng, float lo, float hi) {
+    return n == 0 ? Tensor::scalar<float>(std::uniform_real_distribution<float>(lo, hi)(rng)) : randomTensor({n}, rng, lo, hi);
+}
+
+const Tactic& tactic(const std::string& name, const std::string& op) {
+    for (const auto& t : fastTactics())
+        if (t.name == name && std::find(t.ops.begin(), t.ops.end(), op) != t.ops.end()) return t;
+    throw Error("no tactic " + name + " for " + op);
+}
+
+// A node's inputs as the graph's constants, so that the tactic's build-time check sees them.
+Graph constantsOf(const Node& n, const std::vector<Tensor>& inputs, size_t first_constant) {
+    Graph g;
+    g.opset = 21;
+    for (size_t i = first_constant; i < inputs.size(); ++i)
+        if (inputs[i].defined()) g.initializers[n.inputs[i]] = inputs[i];
+    return g;
+}
+
+// Integer outputs within one step of the reference, and off by one on few elements (where
+// the f32 requantization rounds a near-tie the other way than the reference's f64).
+void expectWithinOneStep(const Tensor& got, const Tensor& want, const std::string& what) {
+    ASSERT_EQ(got.dims(), want.dims()) << what;
+    ASSERT_EQ(got.dtype(), want.dtype()) << what;
+    int64_t off = 0, worst = 0;
+    for (int64_t i = 0; i < got.numel(); ++i) {
+        const auto d = static_cast<int64_t>(std::llround(std::fabs(got.scalarAt(i) - want.scalarAt(i))));
+        off += d != 0, worst = std::max(worst, d);
+    }
+    EXPECT_LE(worst, 1) << what;
+    EXPECT_LE(off, got.numel() / 100 + 1) << what << ": " << off << " of " << got.numel() << " elements differ";
+}
+
+struct QConvCase {
+    Dims x;  // N, C, H, W
+    int64_t out, k, stride, pad, dilation, group;
+    bool per_channel, bias, signed_x;
+    int x_zp, y_zp;
+};
+
+TEST(QuantizedDnnl, QLinearConvMatchesTheReference) {
+    std::mt19937 rng(31);
+    const std::vector<QConvCase> cases = {
+        {{1, 16, 12, 12}, 32, 3, 1, 1, 1, 1, true, true, false, 128, 0},   // ResNet-like, ORT's u8 activations
+        {{2, 8, 9, 11}, 16, 3, 2, 1, 1, 1, false, true, false, 7, 121},    // strided, per tensor, odd planes
+        {{1, 24, 10, 10}, 24, 3, 1, 1, 1, 24, true, true, false, 100, 3},  // depthwise
+        {{1, 16, 8, 8}, 32, 1, 1, 0, 1, 1, true, false, true, -5, 10},     // pointwise, s8 activations, no bias
+        {{1, 12, 14, 14}, 12, 3, 1, 2, 2, 2, true, true, false, 0, 0},     // dilated, grouped
+    };
+    for (const auto& c : cases) {
+        const int64_t C = c.x[1], kin = C / c.group;
+        Node n{"qconv", "QLinearConv", "", {"x", "xs", "xz", "w", "ws", "wz", "ys", "yz"}, {"y"}, {}};
+        n.attrs.set("kernel_shape", std::vector<int64_t>{c.k, c.k});
+        n.attrs.set("strides", std::vector<int64_t>{c.stride, c.stride});
+        n.attrs.set("pads", std::vector<int64_t>{c.pad, c.pad, c.pad, c.pad});
+        n.attrs.set("dilations", std::vector<int64_t>{c.dilation, c.dilation});
+        n.attrs.set("group", c.group);
+        const float xs = 0.02f, ws_mean = 0.01f;
+        // y's scale puts typical outputs some 40 steps from the zero point.
+        const float ys = xs * ws_mean * std::sqrt(static_cast<float>(kin * c.k * c.k)) * 74.f * 73.f / 40.f;
+        std::vector<Tensor> in = {c.signed_x ? randomInts<int8_t>(c.x, rng, -128, 127) : randomInts<uint8_t>(c.x, rng, 0, 255),
+                                  Tensor::scalar<float>(xs),
+                                  c.signed_x ? Tensor::scalar<int8_t>(static_cast<int8_t>(c.x_zp)) : Tensor::scalar<uint8_t>(static_cast<uint8_t>(c.x_zp)),
+                                  randomInts<int8_t>({c.out, kin, c.k, c.k}, rng, -127, 127),
+                                  randomScales(c.per_channel ? c.out : 0, rng, 0.5f * ws_mean, 1.5f * ws_mean),
+                                  c.per_channel ? Tensor(DType::I8, {c.out}) : Tensor::scalar<int8_t>(0),
+                                  Tensor::scalar<float>(ys),
+                                  Tensor::scalar<uint8_t>(static_cast<uint8_t>(c.y_zp))};
+        if (c.bias) {
+            n.inputs.push_back("b");
+            in.push_back(randomInts<int32_t>({c.out}, rng, -20000, 20000));
+        }
+        const std::string what = "x " + dimsToString(c.x) + " k" + std::to_string(c.k) + " group " + std::to_string(c.group);
+        const Tactic& dnnl = tactic("dnnl", "QLinearConv");
+        ASSERT_TRUE(dnnl.supports(n, constantsOf(n, in, 1))) << what;
+        std::vector<const Tensor*> ptrs;
+        for (const auto& t : in) ptrs.push_back(&t);
+        const KernelContext ctx{n, ptrs, 21, nullptr};
+        expectWithinOneStep(dnnl.kernel(ctx)[0], referenceKernels().find("QLinearConv")(ctx)[0], what);
+    }
+}
+
+TEST(QuantizedDnnl, QLinearMatMulMatchesTheReference) {
+    std::mt19937 rng(32);
+    for (const bool per_column : {true, false}) {
+        const Dims a_dims = per_column ? Dims{2, 7, 64} : Dims{5, 48};
+        const int64_t K = a_dims.back(), N = 24;
+        Node n{"qmm", "QLinearMatMul", "", {"a", "as", "az", "b", "bs", "bz", "ys", "yz"}, {"y"}, {}};
+        const float ys = 0.02f * 0.01f * std::sqrt(static_cast<float>(K)) * 74.f * 73.f / 40.f;
+        std::vector<Tensor> in = {randomInts<uint8_t>(a_dims, rng, 0, 255), Tensor::scalar<float>(0.02f), Tensor::scalar<uint8_t>(131),
+                                  randomInts<int8_t>({K, N}, rng, -127, 127), randomScales(per_column ? N : 0, rng, 0.005f, 0.015f),
+                                  per_column ? Tensor(DType::I8, {N}) : Tensor::scalar<int8_t>(0), Tensor::scalar<float>(ys),
+                                  Tensor::scalar<int8_t>(-4)};
+        const Tactic& dnnl = tactic("dnnl", "QLinearMatMul");
+        ASSERT_TRUE(dnnl.supports(n, constantsOf(n, in, 1)));
+        std::vector<const Tensor*> ptrs;
+        for (const auto& t : in) ptrs.push_back(&t);
+        const KernelContext ctx{n, ptrs, 21, nullptr};
+        expectWithinOneStep(dnnl.kernel(ctx)[0], referenceKernels().find("QLinearMatMul")(ctx)[0], per_column ? "per column" : "per tensor");
+    }
+}
+
+TEST(QuantizedDnnl, AsymmetricWeightsAreNotTaken) {
+    std::mt19937 rng(33);
+    Node n{"qmm", "QLinearMatMul", "", {"a", "as", "az", "b", "bs", "bz", "ys", "yz"}, {"y"}, {}};
+    std::vector<Tensor> in = {randomInts<uint8_t>({4, 8}, rng, 0, 255), Tensor::scalar<float>(0.02f), Tensor::scalar<uint8_t>(128),
+                              randomInts<int8_t>({8, 4}, rng, -127, 127), Tensor::scalar<float>(0.01f), Tensor::scalar<int8_t>(3),
+                              Tensor::scalar<float>(0.1f), Tensor::scalar<uint8_t>(128)};
+    EXPECT_FALSE(tactic("dnnl", "QLinearMatMul").supports(n, constantsOf(n, in, 1)));
+}
+
+TEST(QuantizeFast, PerTensorQuantizeAndDequantizeMatchTheReferenceExactly) {
+    std::mt19937 rng(34);
+    for (const DType t : {DType::U8, DType::I8}) {
+        const float scale = 0.037f;
+        Tensor x = randomTensor({3, 70001}, rng, -6.f, 6.f);  // past the chunk size: shared between threads
+        for (int64_t i = 0; i < 200; ++i) x.data<float>()[i] = (static_cast<float>(i) - 100.f + 0.5f) * scale;  // ties (up to f32 rounding)
+        const Tensor zp = t == DType::U8 ? Tensor::scalar<uint8_t>(117) : Tensor::scalar<int8_t>(-9);
+        const Tensor s = Tensor::scalar<float>(scale);
+        Node q{"q", "QuantizeLinear", "", {"x", "s", "z"}, {"y"}, {}};
+        const KernelContext qctx{q, {&x, &s, &zp}, 21, nullptr};
+        const Tensor fast_q = kernelForTactic(q, "fast")(qctx)[0], ref_q = referenceKernels().find("QuantizeLinear")(qctx)[0];
+        ASSERT_EQ(fast_q.dtype(), t);
+        EXPECT_EQ(std::memcmp(fast_q.raw(), ref_q.raw(), ref_q.byteSize()), 0) << dtypeName(t);
+        Node dq{"dq", "DequantizeLinear", "", {"y", "s", "z"}, {"x"}, {}};
+        const KernelContext dctx{dq, {&ref_q, &s, &zp}, 21, nullptr};
+        const Tensor fast_dq = kernelForTactic(dq, "fast")(dctx)[0], ref_dq = referenceKernels().find("DequantizeLinear")(dctx)[0];
+        EXPECT_EQ(std::memcmp(fast_dq.raw(), ref_dq.raw(), ref_dq.byteSize()), 0) << dtypeName(t);
+    }
+}
+
+// A QDQ conv and matmul as ONNX Runtime's quantizer writes them: Q/DQ on the activations,
+// DQ on int8 weights (per channel for the conv), an int32 bias dequantized with scale
+// x_scale * w_scale.
+Graph qdqModel(std::mt19937& rng, bool symmetric_weights) {
+    Graph g = withInput({1, 8, 10, 10});
+    g.opset = 21;
+    auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out, Attributes a = {}) {
+        g.nodes.push_back(Node{out + "_node", op, "", std::move(in), {out}, std::move(a)});
+    };
+    auto q8 = [&](const std::string& name, float scale, uint8_t zp) {
+        g.initializers[name + "_s"] = Tensor::scalar<float>(scale);
+        g.initializers[name + "_z"] = Tensor::scalar<uint8_t>(zp);
+    };
+    q8("x", 0.02f, 128), q8("c", 0.05f, 60), q8("m", 0.08f, 128);
+    g.initializers["w"] = randomInts<int8_t>({16, 8, 3, 3}, rng, -127, 127);
+    g.initializers["w_s"] = randomTensor({16}, rng, 0.002f, 0.004f);
+    g.initializers["w_z"] = symmetric_weights ? Tensor(DType::I8, {16}) : randomInts<int8_t>({16}, rng, 1, 5);
+    Tensor bias_scale(DType::F32, {16});
+    for (int64_t c = 0; c < 16; ++c) bias_scale.data<float>()[c] = 0.02f * g.initializers["w_s"].data<float>()[c];
+    g.initializers["b"] = randomInts<int32_t>({16}, rng, -3000, 3000);
+    g.initializers["b_s"] = bias_scale;
+    g.initializers["b_z"] = Tensor(DType::I32, {16});
+    g.initializers["mw"] = randomInts<int8_t>({10, 6}, rng, -127, 127);
+    g.initializers["mw_s"] = Tensor::scalar<float>(0.01f);
+    g.initializers["mw_z"] = Tensor::scalar<int8_t>(0);
+    Attributes conv, axis0, axis1;
+    conv.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    axis0.set("axis", int64_t{0});
+    add("QuantizeLinear", {"x", "x_s", "x_z"}, "xq");
+    add("DequantizeLinear", {"xq", "x_s", "x_z"}, "xd");
+    add("DequantizeLinear", {"w", "w_s", "w_z"}, "wd", axis0);
+    add("DequantizeLinear", {"b", "b_s", "b_z"}, "bd", axis0);
+    add("Conv", {"xd", "wd", "bd"}, "conv", conv);
+    add("QuantizeLinear", {"conv", "c_s", "c_z"}, "cq");
+    add("DequantizeLinear", {"cq", "c_s", "c_z"}, "cd");
+    add("DequantizeLinear", {"mw", "mw_s", "mw_z"}, "mwd");
+    add("MatMul", {"cd", "mwd"}, "mm");
+    add("QuantizeLinear", {"mm", "m_s", "m_z"}, "mq");
+    add("DequantizeLinear", {"mq", "m_s", "m_z"}, "y");
+    g.outputs = {{"y", DType::F32, Shape::fromDims({1, 16, 10, 6})}};
+    return g;
+}
+
+TEST(QdqFusion, FoldsConvAndMatMulIntoIntegerOpsWithinOneStep) {
+    std::mt19937 rng(35);
+    const Graph g = qdqModel(rng, true);
+    const Graph fused = optimizeGraph(g, defaults());
+    const auto ops = opTypes(fused);
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "QLinearConv"), 1) << dumpGraph(fused);
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "QLinearMatMul"), 1) << dumpGraph(fused);
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "Conv") + std::count(ops.begin(), ops.end(), "FusedConv"), 0) << dumpGraph(fused);
+    TensorMap in = {{"x", randomTensor({1, 8, 10, 10}, rng, -2.5f, 2.5f)}};
+    const Tensor want = GraphExecutor(g).run(in)[0], got = GraphExecutor(fused).run(in)[0];
+    // One step of the last quantizer (0.08), and few elements off at all.
+    int64_t off = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+        const double d = std::fabs(got.scalarAt(i) - want.scalarAt(i));
+        worst = std::max(worst, d), off += d > 1e-6;
+    }
+    EXPECT_LE(worst, 0.08 * 1.001);
+    EXPECT_LT(off, want.numel() / 20);
+    EXPECT_GT(compareOutputs(got, want, "y").cosine, 0.9999);
+
+    RouteValues off_route = defaults();
+    off_route["fusion.qdq"] = "off";
+    const auto kept = opTypes(optimizeGraph(g, off_route));
+    EXPECT_EQ(std::count(kept.begin(), kept.end(), "QLinearConv") + std::count(kept.begin(), kept.end(), "QLinearMatMul"), 0);
+}
+
+TEST(QdqFusion, LeavesAsymmetricWeightsAndSharedProductsInFloatingPoint) {
+    std::mt19937 rng(36);
+    const auto asymmetric = opTypes(optimizeGraph(qdqModel(rng, false), defaults()));
+    EXPECT_EQ(std::count(asymmetric.begin(), asymmetric.end(), "QLinearConv"), 0);
+    EXPECT_EQ(std::count(asymmetric.begin(), asymmetric.end(), "QLinearMatMul"), 1);  // its weights are symmetric
+
+    Graph shared = qdqModel(rng, true);
+    shared.outputs.push_back({"conv", DType::F32, Shape::fromDims({1, 16, 10, 10})});  // the float conv output is read: keep it
+    const auto ops = opTypes(optimizeGraph(shared, defaults()));
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "QLinearConv"), 0);
+}
+
+}  // namespace
+}  // namespace kiln::testing
