@@ -11,9 +11,11 @@
 // weights into f32 constants. Scales and zero points must be constants, activations' per
 // tensor, weights' per tensor or per output channel; anything else (a matmul of two
 // activations among them) stays as it was, in floating point between its Q/DQ nodes.
+// Data-movement ops between a DQ and a Q of the same parameters move onto the 8-bit tensor.
 // fusion.qdq=off keeps every Q/DQ node.
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "passes/graph_rewrite.h"
 #include "passes/pass.h"
@@ -118,6 +120,43 @@ bool accumulatorBias(const Graph& g, const GraphIndex& index, const std::string&
     return true;
 }
 
+// Moves data-movement ops onto the quantized tensors: DQ(s, z) -> op -> Q(s, z) with the
+// same constant parameters is op itself on the 8-bit values, exactly (the op moves values
+// without computing; Q(DQ(q)) = q). ONNX Runtime's quantizer puts such pairs around every
+// Reshape, Transpose, Gather and Concat of a QDQ model; each pair costs two passes over
+// the tensor in f32.
+void moveDataOpsOntoQuantized(Graph& g) {
+    static const std::set<std::string> kMovers = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice", "Gather", "Concat"};
+    GraphIndex index(g);
+    std::vector<bool> erase(g.nodes.size(), false);
+    std::vector<std::pair<size_t, int>> moves;  // (op, its Q)
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+        const Node& n = g.nodes[i];
+        if (!n.domain.empty() || !kMovers.count(n.op_type) || n.outputs.size() != 1 || n.inputs.empty()) continue;
+        const int q = soleQuantizer(g, index, n.outputs[0]);
+        if (q < 0) continue;
+        const Tensor& qs = *constantOf(g, g.nodes[q].inputs[1]);
+        const Tensor& qz = *constantOf(g, g.nodes[q].inputs[2]);
+        // The quantized inputs: the data input (every input of a Concat), each a DQ of q's parameters.
+        const size_t data_inputs = n.op_type == "Concat" ? n.inputs.size() : 1;
+        bool same = true;
+        for (size_t k = 0; k < data_inputs && same; ++k) {
+            const Dequantized d = dequantizedInput(g, index, n.inputs[k]);
+            same = d.node >= 0 && d.scale_value->scalarAt(0) == qs.scalarAt(0) && d.zp_value->dtype() == qz.dtype() && d.zp_value->scalarAt(0) == qz.scalarAt(0);
+        }
+        if (!same || !claimNodes(erase, std::vector<int>{q})) continue;
+        moves.emplace_back(i, q);
+    }
+    for (const auto& [i, q] : moves) {
+        Node& n = g.nodes[i];
+        const size_t data_inputs = n.op_type == "Concat" ? n.inputs.size() : 1;
+        for (size_t k = 0; k < data_inputs; ++k) n.inputs[k] = g.nodes[static_cast<size_t>(index.producer(n.inputs[k]))].inputs[0];
+        n.outputs[0] = g.nodes[static_cast<size_t>(q)].outputs[0];
+    }
+    std::vector<Node> none;
+    replaceNodes(g, erase, none);
+}
+
 void fuseQdq(Graph& g, const RouteValues& route) {
     // The integer operators have fast kernels on the CPU only (oneDNN's int8 convs and
     // matmuls); elsewhere the Q/DQ nodes stay, and the products run in floating point.
@@ -158,6 +197,7 @@ void fuseQdq(Graph& g, const RouteValues& route) {
         added.push_back(std::move(fused));
     }
     replaceNodes(g, erase, added);
+    moveDataOpsOntoQuantized(g);
 }
 
 }  // namespace

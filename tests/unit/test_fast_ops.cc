@@ -206,6 +206,22 @@ TEST(FastBackend, PoolAndTransposeTacticsMatchReference) {
         c.node.attrs.set("perm", perm);
         expectTacticMatchesReference(c, "fast");
     }
+    // Other element sizes (quantized models' uint8, int64 indices, f16) on each path: tiles,
+    // rows and gathers.
+    for (const DType t : {DType::U8, DType::I8, DType::F16, DType::I64}) {
+        for (const auto& [dims, perm] : std::vector<std::pair<Dims, std::vector<int64_t>>>{
+                 {{2, 37, 70}, {0, 2, 1}}, {{2, 3, 4, 5}, {0, 2, 1, 3}}, {{3, 4, 5, 6}, {3, 1, 0, 2}}}) {
+            Tensor x(t, dims);
+            std::uniform_int_distribution<int> v(0, 120);
+            for (int64_t i = 0; i < x.numel(); ++i) std::memset(x.raw() + i * dtypeSize(t), v(rng), dtypeSize(t));
+            Case c{node("Transpose"), {x}};
+            c.node.attrs.set("perm", perm);
+            const Tensor got = kernelForTactic(c.node, "fast")(KernelContext{c.node, {&c.inputs[0]}, 17, nullptr})[0];
+            const Tensor want = referenceKernels().find("Transpose")(KernelContext{c.node, {&c.inputs[0]}, 17, nullptr})[0];
+            ASSERT_EQ(got.dims(), want.dims());
+            EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.byteSize()), 0) << dtypeName(t) << " " << dimsToString(dims);
+        }
+    }
     for (const char* op : {"Gelu", "Relu", "Sigmoid", "Tanh", "Erf", "HardSwish", "LeakyRelu"}) {
         Case act{node(op), {randomTensor({3, 5000}, rng, -4, 4)}};
         expectTacticMatchesReference(act, "fast");

@@ -235,5 +235,41 @@ TEST(QdqFusion, LeavesAsymmetricWeightsAndSharedProductsInFloatingPoint) {
     EXPECT_EQ(std::count(ops.begin(), ops.end(), "QLinearConv"), 0);
 }
 
+TEST(QdqFusion, DataMovementRunsOnTheQuantizedTensorsExactly) {
+    std::mt19937 rng(37);
+    Graph g = withInput({2, 3, 4, 5});
+    g.opset = 21;
+    g.initializers["s"] = Tensor::scalar<float>(0.03f);
+    g.initializers["z"] = Tensor::scalar<uint8_t>(121);
+    g.initializers["s2"] = Tensor::scalar<float>(0.05f);  // another quantizer: that pair must stay
+    Attributes perm, axis;
+    perm.set("perm", std::vector<int64_t>{0, 2, 1, 3});
+    axis.set("axis", int64_t{1});
+    auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out, Attributes a = {}) {
+        g.nodes.push_back(Node{out + "_node", op, "", std::move(in), {out}, std::move(a)});
+    };
+    add("QuantizeLinear", {"x", "s", "z"}, "xq");
+    add("DequantizeLinear", {"xq", "s", "z"}, "xd");
+    add("Transpose", {"xd"}, "t", perm);
+    add("QuantizeLinear", {"t", "s", "z"}, "tq");
+    add("DequantizeLinear", {"tq", "s", "z"}, "td");
+    add("Concat", {"td", "td"}, "c", axis);
+    add("QuantizeLinear", {"c", "s", "z"}, "cq");
+    add("DequantizeLinear", {"cq", "s", "z"}, "cd");
+    add("Transpose", {"cd"}, "t2", perm);
+    add("QuantizeLinear", {"t2", "s2", "z"}, "t2q");
+    add("DequantizeLinear", {"t2q", "s2", "z"}, "y");
+    g.outputs = {{"y", DType::F32, Shape::fromDims({2, 8, 3, 5})}};
+    const Graph moved = optimizeGraph(g, defaults());
+    const auto ops = opTypes(moved);
+    // x's Q, the two moved ops, the last Transpose's DQ -> Transpose -> Q (different scales) and y's DQ.
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "QuantizeLinear"), 2) << dumpGraph(moved);
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "DequantizeLinear"), 2) << dumpGraph(moved);
+    TensorMap in = {{"x", randomTensor({2, 3, 4, 5}, rng, -3.f, 3.f)}};
+    const Tensor want = GraphExecutor(g).run(in)[0], got = GraphExecutor(moved).run(in)[0];
+    ASSERT_EQ(got.dims(), want.dims());
+    EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.byteSize()), 0);
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -307,8 +307,6 @@ std::vector<Tensor> fastGlobalAveragePool(const KernelContext& ctx) {
     return {y};
 }
 
-// Transpose of 4-byte elements: typed copies with incremental source offsets, and whole
-// rows at a time when the last axis stays last.
 // A transpose restated on the fewest axes: unit axes dropped, and input axes that stay
 // neighbours in the output merged (NCHW -> NHWC is a batch of [C, HW] -> [HW, C]).
 void coalescePermutation(const Dims& dims, const std::vector<int64_t>& perm, Dims* out_dims, std::vector<int64_t>* out_perm) {
@@ -351,66 +349,82 @@ __attribute__((target("avx2"))) void transposeBlocks8(const uint32_t* src, uint3
         }
 }
 
-// Transpose of 4-byte elements: a batch of 32 x 32 tiles where the last two (coalesced)
-// axes swap, row copies where the last axis stays, element gathers otherwise.
-std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
-    const Tensor& x = ctx.input(0);
-    const size_t full_rank = x.rank();
-    auto full_perm = ctx.attrs().getInts("perm");
-    if (full_perm.empty())
-        for (int64_t i = static_cast<int64_t>(full_rank) - 1; i >= 0; --i) full_perm.push_back(i);
-    if (dtypeSize(x.dtype()) != 4 || full_perm.size() != full_rank || full_rank < 2) return referenceFallback(ctx);
-    for (auto& p : full_perm) p = normalizeAxis(p, static_cast<int64_t>(full_rank), ctx);
-    Dims y_dims(full_rank);
-    for (size_t i = 0; i < full_rank; ++i) y_dims[i] = x.dims()[full_perm[i]];
-    Tensor y = ctx.output(0, x.dtype(), y_dims);
-    const uint32_t* px = reinterpret_cast<const uint32_t*>(x.raw());
-    uint32_t* py = reinterpret_cast<uint32_t*>(y.raw());
-    Dims dims;
-    std::vector<int64_t> perm;
-    coalescePermutation(x.dims(), full_perm, &dims, &perm);
+// The transpose of coalesced `dims` by `perm` for elements of type T (any of 1 to 8 bytes):
+// a batch of 32 x 32 tiles where the last two axes swap (4-byte ones through 8 x 8 AVX2
+// register blocks), row copies where the last axis stays, element gathers otherwise.
+template <typename T>
+void transposeElements(const T* px, T* py, const Dims& dims, const std::vector<int64_t>& perm, int64_t numel) {
     const size_t rank = dims.size();
-    if (rank <= 1 || y.numel() == 0) {  // the same order: a copy
-        std::memcpy(py, px, x.byteSize());
-        return {y};
-    }
     Dims out_dims(rank);
     for (size_t i = 0; i < rank; ++i) out_dims[i] = dims[perm[i]];
     const Dims in_strides = stridesOf(dims);
+    const int64_t bytes = numel * static_cast<int64_t>(sizeof(T));
     bool swap_last_two = perm[rank - 1] == static_cast<int64_t>(rank - 2) && perm[rank - 2] == static_cast<int64_t>(rank - 1);
     for (size_t d = 0; d + 2 < rank; ++d) swap_last_two = swap_last_two && perm[d] == static_cast<int64_t>(d);
     if (swap_last_two) {  // a batch of R x C matrices: 32 x 32 tiles, each read and written through the cache
         constexpr int64_t kTile = 32;
-        const int64_t R = dims[rank - 2], C = dims[rank - 1], batch = x.numel() / std::max<int64_t>(R * C, 1);
+        const int64_t R = dims[rank - 2], C = dims[rank - 1], batch = numel / std::max<int64_t>(R * C, 1);
         const int64_t tiles_r = (R + kTile - 1) / kTile, tiles_c = (C + kTile - 1) / kTile;
-        const bool avx2 = cpuHasAvx2Fma();
-        parallelFor(batch * tiles_r * tiles_c, y.numel() > 65536, [&](int64_t t) {
+        const bool blocks8 = sizeof(T) == 4 && cpuHasAvx2Fma();
+        parallelFor(batch * tiles_r * tiles_c, bytes > 262144, [&](int64_t t) {
             const int64_t b = t / (tiles_r * tiles_c), r0 = t / tiles_c % tiles_r * kTile, c0 = t % tiles_c * kTile;
             const int64_t r1 = std::min(R, r0 + kTile), c1 = std::min(C, c0 + kTile);
-            const uint32_t* src = px + b * R * C;
-            uint32_t* dst = py + b * R * C;
+            const T* src = px + b * R * C;
+            T* dst = py + b * R * C;
             // Whole 8 x 8 blocks in registers; the tile's ragged edges element by element.
-            const int64_t r8 = avx2 ? r0 + (r1 - r0) / 8 * 8 : r0, c8 = avx2 ? c0 + (c1 - c0) / 8 * 8 : c0;
-            if (r8 > r0 && c8 > c0) transposeBlocks8(src, dst, R, C, r0, r8, c0, c8);
+            const int64_t r8 = blocks8 ? r0 + (r1 - r0) / 8 * 8 : r0, c8 = blocks8 ? c0 + (c1 - c0) / 8 * 8 : c0;
+            if constexpr (sizeof(T) == 4)
+                if (r8 > r0 && c8 > c0) transposeBlocks8(reinterpret_cast<const uint32_t*>(src), reinterpret_cast<uint32_t*>(dst), R, C, r0, r8, c0, c8);
             for (int64_t c = c0; c < c1; ++c)
                 for (int64_t r = (c < c8 ? r8 : r0); r < r1; ++r) dst[c * R + r] = src[r * C + c];
         });
-        return {y};
+        return;
     }
     const bool rows = perm[rank - 1] == static_cast<int64_t>(rank - 1);
     const size_t outer_rank = rows ? rank - 1 : rank;
     const int64_t row = rows ? out_dims[rank - 1] : 1;
-    const int64_t count = y.numel() / std::max<int64_t>(row, 1);
-    parallelFor(count, y.numel() > 65536, [&](int64_t i) {
+    const int64_t count = numel / std::max<int64_t>(row, 1);
+    parallelFor(count, bytes > 262144, [&](int64_t i) {
         int64_t rem = i, off = 0;
         for (int64_t d = static_cast<int64_t>(outer_rank) - 1; d >= 0; --d) {
             const int64_t idx = rem % out_dims[d];
             rem /= out_dims[d];
             off += idx * in_strides[perm[d]];
         }
-        if (rows) std::memcpy(py + i * row, px + off, static_cast<size_t>(row) * 4);
+        if (rows) std::memcpy(py + i * row, px + off, static_cast<size_t>(row) * sizeof(T));
         else py[i] = px[off];
     });
+}
+
+// Transpose of elements of 1, 2, 4 or 8 bytes (f32 activations, and the 8-bit tensors of
+// quantized models) on the fewest axes that express it.
+std::vector<Tensor> fastTranspose(const KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const size_t full_rank = x.rank();
+    auto full_perm = ctx.attrs().getInts("perm");
+    if (full_perm.empty())
+        for (int64_t i = static_cast<int64_t>(full_rank) - 1; i >= 0; --i) full_perm.push_back(i);
+    const size_t es = dtypeSize(x.dtype());
+    if ((es != 1 && es != 2 && es != 4 && es != 8) || full_perm.size() != full_rank || full_rank < 2) return referenceFallback(ctx);
+    for (auto& p : full_perm) p = normalizeAxis(p, static_cast<int64_t>(full_rank), ctx);
+    Dims y_dims(full_rank);
+    for (size_t i = 0; i < full_rank; ++i) y_dims[i] = x.dims()[full_perm[i]];
+    Tensor y = ctx.output(0, x.dtype(), y_dims);
+    Dims dims;
+    std::vector<int64_t> perm;
+    coalescePermutation(x.dims(), full_perm, &dims, &perm);
+    if (dims.size() <= 1 || y.numel() == 0) {  // the same order: a copy
+        std::memcpy(y.raw(), x.raw(), x.byteSize());
+        return {y};
+    }
+    auto run = [&](auto tag) {
+        using T = decltype(tag);
+        transposeElements(reinterpret_cast<const T*>(x.raw()), reinterpret_cast<T*>(y.raw()), dims, perm, y.numel());
+    };
+    if (es == 1) run(uint8_t{});
+    else if (es == 2) run(uint16_t{});
+    else if (es == 4) run(uint32_t{});
+    else run(uint64_t{});
     return {y};
 }
 
