@@ -3,6 +3,7 @@
 // (CPU builds; constant symmetric int8 weights, the form ONNX Runtime's quantizer and
 // TensorRT use):
 //   Q(Conv(DQ(x), DQ(w), b))  ->  QLinearConv(x, .., w, .., y_scale, y_zp, b / (x_scale w_scale))
+//   (also with a Relu before the Q, where the Q's zero point is its lowest value)
 //   Q(MatMul(DQ(a), DQ(b)))   ->  QLinearMatMul(a, .., b, .., y_scale, y_zp)
 // This is what ONNX Runtime and TensorRT do with such models. The two differ only in where
 // the one rounding happens (the integer operators sum exactly and round once at the end; the
@@ -25,6 +26,8 @@ namespace kiln {
 namespace {
 
 bool eightBit(DType t) { return t == DType::I8 || t == DType::U8; }
+
+bool zeroPointIsLowest(const Tensor& zp) { return zp.scalarAt(0) == (zp.dtype() == DType::U8 ? 0.0 : -128.0); }
 
 bool allZero(const Tensor& t) {
     for (int64_t i = 0; i < t.numel(); ++i)
@@ -168,8 +171,14 @@ void fuseQdq(Graph& g, const RouteValues& route) {
         const Node& n = g.nodes[i];
         const bool conv = n.op_type == "Conv", matmul = n.op_type == "MatMul";
         if (!n.domain.empty() || (!conv && !matmul) || n.inputs.size() < 2 || n.outputs.size() != 1) continue;
-        const int q = soleQuantizer(g, index, n.outputs[0]);
-        if (q < 0) continue;
+        int q = soleQuantizer(g, index, n.outputs[0]), relu = -1;
+        if (q < 0) {  // Q(Relu(y)) is Q(y) where Q's zero point is its type's lowest value: it clamps there
+            const int r = index.soleConsumer(n.outputs[0]);
+            if (r < 0 || g.nodes[r].op_type != "Relu" || !g.nodes[r].domain.empty()) continue;
+            q = soleQuantizer(g, index, g.nodes[r].outputs[0]);
+            if (q < 0 || !zeroPointIsLowest(*constantOf(g, g.nodes[q].inputs[2]))) continue;
+            relu = r;
+        }
         const Dequantized x = dequantizedInput(g, index, n.inputs[0]);
         if (x.node < 0) continue;
         // Weights: a constant of symmetric int8 (zero points 0), per tensor or per output channel.
@@ -185,7 +194,9 @@ void fuseQdq(Graph& g, const RouteValues& route) {
             if (!accumulatorBias(g, index, n.inputs[2], x.scale_value->scalarAt(0), *wd.scale_value, w->dims()[0], &bias_value)) continue;
         }
         const Node& quantizer = g.nodes[q];
-        if (!claimNodes(erase, std::vector<int>{static_cast<int>(i), q})) continue;
+        std::vector<int> matched = {static_cast<int>(i), q};
+        if (relu >= 0) matched.push_back(relu);
+        if (!claimNodes(erase, matched)) continue;
         if (bias_value.defined()) {
             bias = freshName(g, n.name + "_bias_i32");
             g.initializers[bias] = std::move(bias_value);

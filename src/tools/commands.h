@@ -7,6 +7,7 @@ namespace kiln::tools {
 
 void addRunCommand(CLI::App& app);
 void addBuildCommand(CLI::App& app);
+void addCalibrateCommand(CLI::App& app);
 void addBenchCommand(CLI::App& app);
 void addInspectCommand(CLI::App& app);
 void addRoutesCommand(CLI::App& app);

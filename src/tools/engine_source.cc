@@ -5,6 +5,7 @@
 
 #include "engine/tactic_selection.h"
 #include "onnx_import/importer.h"
+#include "quant/calibration.h"
 
 namespace kiln::tools {
 
@@ -31,6 +32,8 @@ void addBuildOptions(CLI::App& cmd, BuildOptions& o) {
     cmd.add_option("--optShapes,--opt-shapes", o.opt_shapes, "Shape profile optimum, NAME:DIMS");
     cmd.add_option("--maxShapes,--max-shapes", o.max_shapes, "Shape profile maximum, NAME:DIMS");
     cmd.add_option("--timing-cache", o.timing_cache, "File of tactic timings: reused by later builds instead of re-timing identical nodes");
+    cmd.add_flag("--int8", o.int8, "CPU: quantize convs and matmuls to int8 with the ranges of --calib (QDQ models need no flag: they run int8 as they are)");
+    cmd.add_option("--calib", o.calib, "Calibration file from `kiln calibrate` (with --int8)");
 }
 
 BuildRoute routeFromOptions(const BuildOptions& o) {
@@ -48,9 +51,25 @@ BuildRoute routeFromOptions(const BuildOptions& o) {
 
 namespace {
 
+// The model as built: with --int8, its QDQ form from the calibration ranges, which must
+// have been measured on this very model file.
+Graph quantizedIfAsked(Graph graph, const std::string& model, const std::string& hash, const BuildOptions& o) {
+    if (!o.int8) {
+        check(o.calib.empty(), "--calib applies only with --int8");
+        return graph;
+    }
+    check(!o.calib.empty(), "--int8 needs --calib FILE (make one with `kiln calibrate MODEL --data DIR -o FILE`)");
+    check(o.target == "cpu", "--int8: the cuda target has no int8 kernels yet; build it for --target cpu");
+    check(!o.fp16 && !o.bf16, "--int8 excludes --fp16 and --bf16");
+    const CalibrationTable table = readCalibration(o.calib);
+    check(table.model_hash == hash, "--calib " + o.calib + " was measured on another model (hash " + table.model_hash + ", " + model + " has " + hash + ")");
+    return insertQdq(graph, table);
+}
+
 // `exact`: inputs whose profile is exactly this shape unless a --*Shapes flag names them.
 Engine buildFromGraph(Graph graph, const std::string& model, const BuildOptions& o, const std::map<std::string, Dims>& exact) {
-    Builder builder(std::move(graph), modelFileHash(model), o.target);
+    const std::string hash = modelFileHash(model);
+    Builder builder(quantizedIfAsked(std::move(graph), model, hash, o), hash, o.target);
     builder.setBuildRoute(routeFromOptions(o));
     for (const auto& w : builder.warnings()) std::cerr << "kiln: warning: " << w << "\n";
     ShapeProfile profile;
@@ -87,7 +106,7 @@ Engine engineWithInputs(const std::string& model, const BuildOptions& o, InputOp
     Engine engine;
     inputs->clear();
     if (isEngineFile(model)) {
-        check(o.route.empty() && !o.fp16 && !o.bf16, model + " is an engine: build options (--route, --fp16, --bf16) apply only to .onnx models");
+        check(o.route.empty() && !o.fp16 && !o.bf16 && !o.int8, model + " is an engine: build options (--route, --fp16, --bf16, --int8) apply only to .onnx models");
         engine = readEngine(model);
         const std::string here = targetSignature(targetKind(engine.target));
         check(engine.target == here, model + ": engine was built for target '" + engine.target + "' but this machine is '" + here + "'; rebuild it here");

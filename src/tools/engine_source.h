@@ -17,6 +17,8 @@ struct BuildOptions {
     bool fp16 = false, bf16 = false;  // shorthand for precision.*=f16 / bf16
     std::vector<std::string> min_shapes, opt_shapes, max_shapes;  // NAME:DIMS
     std::string timing_cache;  // tactic timings kept across builds
+    bool int8 = false;         // quantize with the ranges of `calib` (QDQ inserted, then int8 kernels)
+    std::string calib;
 };
 
 // Registers the build options on a CLI command.

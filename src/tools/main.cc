@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
         ->each([](const std::string& v) { kiln::setCpuThreads(std::stoi(v)); });
     kiln::tools::addRunCommand(app);
     kiln::tools::addBuildCommand(app);
+    kiln::tools::addCalibrateCommand(app);
     kiln::tools::addBenchCommand(app);
     kiln::tools::addInspectCommand(app);
     kiln::tools::addRoutesCommand(app);

@@ -122,3 +122,21 @@ TEST(Cli, TuneKilledMidSearchResumesWithoutRepeatingCandidates) {
     }
     EXPECT_EQ(hashes.size(), 6u);
 }
+
+TEST(Cli, CalibrateThenBuildInt8) {
+    TempDir dir;
+    const std::string m = kModels + "/small_cnn", calib = (dir / "calib.json").string(), engine = (dir / "q.kiln").string();
+    Result c = kilnCli("calibrate " + m + "/model.onnx --data " + m + "/test_data_set_0 -o " + calib);
+    ASSERT_EQ(c.rc, 0) << c.out;
+    EXPECT_EQ(c.out, "");  // quiet on success
+    Result b = kilnCli("build " + m + "/model.onnx --int8 --calib " + calib + " -o " + engine);
+    ASSERT_EQ(b.rc, 0) << b.out;
+    EXPECT_NE(kilnCli("inspect " + engine).out.find("QLinearConv"), std::string::npos);
+    // Calibrated on the very input it runs: int8 error only.
+    Result r = kilnCli("run " + engine + " --inputs-dir " + m + "/test_data_set_0 --expected-dir " + m + "/test_data_set_0 --max-rel-l2 0.05");
+    EXPECT_EQ(r.rc, 0) << r.out;
+    expectOneLineError(kilnCli("build " + m + "/model.onnx --int8 -o " + engine), "--int8 needs --calib");
+    expectOneLineError(kilnCli("build " + kModels + "/mlp/model.onnx --int8 --calib " + calib + " -o " + engine), "measured on another model");
+    expectOneLineError(kilnCli("calibrate " + m + "/model.onnx --data " + m + "/test_data_set_0 --method median -o " + calib), "--method median");
+    expectOneLineError(kilnCli("calibrate " + m + "/model.onnx --data " + dir.path().string() + " -o " + calib), "has no sample folders");
+}

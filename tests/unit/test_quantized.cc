@@ -10,6 +10,7 @@
 #include "backends/cpu/fast/tactics.h"
 #include "pass_test_helpers.h"
 #include "passes/pass.h"
+#include "quant/calibration.h"
 
 namespace kiln::testing {
 namespace {
@@ -269,6 +270,77 @@ TEST(QdqFusion, DataMovementRunsOnTheQuantizedTensorsExactly) {
     const Tensor want = GraphExecutor(g).run(in)[0], got = GraphExecutor(moved).run(in)[0];
     ASSERT_EQ(got.dims(), want.dims());
     EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.byteSize()), 0);
+}
+
+}  // namespace
+}  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+// x -> Conv -> Relu -> Conv -> y, f32 weights: two quantizable products.
+Graph floatCnn(std::mt19937& rng) {
+    Graph g = withInput({1, 4, 8, 8});
+    g.opset = 17;
+    g.initializers["w1"] = randomTensor({8, 4, 3, 3}, rng, -0.5f, 0.5f);
+    g.initializers["b1"] = randomTensor({8}, rng, -0.1f, 0.1f);
+    g.initializers["w2"] = randomTensor({6, 8, 1, 1}, rng, -0.5f, 0.5f);
+    Attributes pads;
+    pads.set("pads", std::vector<int64_t>{1, 1, 1, 1});
+    g.nodes = {Node{"c1", "Conv", "", {"x", "w1", "b1"}, {"h"}, pads}, Node{"r", "Relu", "", {"h"}, {"a"}, {}}, Node{"c2", "Conv", "", {"a", "w2"}, {"y"}, {}}};
+    g.value_info["h"] = {"h", DType::F32, Shape::fromDims({1, 8, 8, 8})};
+    g.value_info["a"] = {"a", DType::F32, Shape::fromDims({1, 8, 8, 8})};
+    g.outputs = {{"y", DType::F32, Shape::fromDims({1, 6, 8, 8})}};
+    return g;
+}
+
+TEST(Calibration, RangesAndTheInt8ModelMadeFromThem) {
+    std::mt19937 rng(41);
+    const Graph g = floatCnn(rng);
+    EXPECT_EQ(quantizationPoints(g), (std::vector<std::string>{"x", "a", "y"}));  // after the Relu, not before
+    std::vector<TensorMap> samples;
+    double lo = 1e9, hi = -1e9;
+    for (int k = 0; k < 4; ++k) {
+        samples.push_back({{"x", randomTensor({1, 4, 8, 8}, rng, -2.f, 3.f)}});
+        const Tensor& x = samples.back()["x"];
+        for (int64_t i = 0; i < x.numel(); ++i) lo = std::min(lo, x.scalarAt(i)), hi = std::max(hi, x.scalarAt(i));
+    }
+    const CalibrationTable minmax = calibrate(g, "hash", samples, "minmax");
+    EXPECT_EQ(minmax.model_hash, "hash");
+    EXPECT_DOUBLE_EQ(minmax.ranges.at("x").min, lo);
+    EXPECT_DOUBLE_EQ(minmax.ranges.at("x").max, hi);
+    EXPECT_GE(minmax.ranges.at("a").min, 0.0);  // Relu's output
+    for (const char* method : {"percentile:99", "entropy"}) {  // inside the extremes
+        const CalibrationTable t = calibrate(g, "hash", samples, method);
+        for (const auto& [name, r] : t.ranges) {
+            EXPECT_GE(r.min, minmax.ranges.at(name).min - 1e-6) << method << " " << name;
+            EXPECT_LE(r.max, minmax.ranges.at(name).max + 1e-6) << method << " " << name;
+            EXPECT_LT(r.max - r.min, minmax.ranges.at(name).max - minmax.ranges.at(name).min + 1e-6) << method << " " << name;
+        }
+    }
+    EXPECT_THROW(calibrate(g, "hash", samples, "percentile:20"), Error);
+
+    const Graph q = insertQdq(g, minmax);
+    const auto ops = opTypes(optimizeGraph(q, defaults()));
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "QLinearConv"), 2) << dumpGraph(optimizeGraph(q, defaults()));
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "Relu"), 0);  // the Q's zero point clamps instead
+    const Tensor want = GraphExecutor(g).run(samples[0])[0], got = GraphExecutor(q).run(samples[0])[0];
+    const ErrorStats e = compareOutputs(got, want, "y");
+    EXPECT_LT(e.rel_l2, 0.03);
+    EXPECT_GT(e.rel_l2, 1e-5);  // it is quantized
+}
+
+TEST(Calibration, FileRoundTrip) {
+    TempDir dir;
+    CalibrationTable t{"abc", "entropy", 3, {{"x", {-1.5, 2.25}}, {"y", {0.0, 7.0}}}};
+    writeCalibration(t, (dir / "c.json").string());
+    const CalibrationTable back = readCalibration((dir / "c.json").string());
+    EXPECT_EQ(back.model_hash, "abc");
+    EXPECT_EQ(back.samples, 3);
+    EXPECT_DOUBLE_EQ(back.ranges.at("x").min, -1.5);
+    EXPECT_DOUBLE_EQ(back.ranges.at("y").max, 7.0);
+    writeFile(dir / "bad.json", "{\"ranges\": 3}");
+    EXPECT_THROW(readCalibration((dir / "bad.json").string()), Error);
 }
 
 }  // namespace
