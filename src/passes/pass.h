@@ -57,5 +57,6 @@ Pass einsumToMatMulPass();
 Pass softmaxFusionPass();
 Pass matmulWeightLayoutPass();
 Pass qdqFusionPass();
+Pass quantizedLayoutPass();
 
 }  // namespace kiln

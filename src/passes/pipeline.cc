@@ -10,6 +10,7 @@ const std::vector<Pass>& passPipeline() {
         identityEliminationPass(),
         qdqFusionPass(),  // before constant folding dequantizes the weights
         constantFoldingPass(),
+        quantizedLayoutPass(),  // after folding: exporters' scalar constants are initializers by then
         commonSubexpressionPass(),
         reshapeChainPass(),
         transposeCancelPass(),

@@ -322,8 +322,15 @@ TEST(Calibration, RangesAndTheInt8ModelMadeFromThem) {
 
     const Graph q = insertQdq(g, minmax);
     const auto ops = opTypes(optimizeGraph(q, defaults()));
-    EXPECT_EQ(std::count(ops.begin(), ops.end(), "QLinearConv"), 2) << dumpGraph(optimizeGraph(q, defaults()));
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "QLinearConvNhwc"), 2) << dumpGraph(optimizeGraph(q, defaults()));
     EXPECT_EQ(std::count(ops.begin(), ops.end(), "Relu"), 0);  // the Q's zero point clamps instead
+    // Channels-last from the first conv to the last: one transpose in, one out.
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "Transpose"), 2) << dumpGraph(optimizeGraph(q, defaults()));
+    RouteValues nchw = defaults();
+    nchw["layout.qconv"] = "nchw";
+    const auto plain = opTypes(optimizeGraph(q, nchw));
+    EXPECT_EQ(std::count(plain.begin(), plain.end(), "QLinearConv"), 2);
+    EXPECT_EQ(std::count(plain.begin(), plain.end(), "Transpose"), 0);
     const Tensor want = GraphExecutor(g).run(samples[0])[0], got = GraphExecutor(q).run(samples[0])[0];
     const ErrorStats e = compareOutputs(got, want, "y");
     EXPECT_LT(e.rel_l2, 0.03);

@@ -2,11 +2,15 @@
 // a QDQ model's Q/DQ nodes once qdq_fusion has folded those around its convs and matmuls
 // (around its adds, pools and concats). One vectorizable loop each, with the reference
 // kernel's arithmetic (one f32 division, round half to even, saturate), so the results are
-// the same to the bit. Other forms (per axis, blocked, 16-bit) take the reference kernel.
+// the same to the bit; quantizing in AVX-512 or AVX2 registers (GCC leaves nearbyint in a
+// loop scalar: 2 ms a run of PP-OCRv4's recognizer, a fifth of it). Other forms (per axis, blocked, 16-bit) take the reference kernel.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cpu/fast/parallel_for.h"
 #include "backends/cpu/fast/tactics.h"
@@ -26,10 +30,44 @@ bool perTensor8Bit(const KernelContext& ctx, DType quantized) {
 
 constexpr int64_t kChunk = 1 << 16;  // elements per shared item: big enough to pay for a thread
 
+// y = saturate(round_half_even(x / scale) + zp), 16 (AVX-512) or 8 (AVX2) at a time: the
+// division, not a multiplication by 1 / scale, so that every element is the reference's.
+// GCC 12 warns about the intrinsics' own undefined-vector helpers under -O3; nothing here is uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <typename T>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void quantizeRun(const float* x, T* y, int64_t n, float scale, float zp) {
+__attribute__((target("avx512f"))) int64_t quantize16(const float* x, T* y, int64_t n, float scale, float zp, float lo, float hi) {
+    const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(zp), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_roundscale_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, z), vlo), vhi);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
+    }
+    return i;
+}
+
+template <typename T>
+__attribute__((target("avx2"))) int64_t quantize8(const float* x, T* y, int64_t n, float scale, float zp, float lo, float hi) {
+    const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zp), vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_round_ps(_mm256_div_ps(_mm256_loadu_ps(x + i), s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(v, z), vlo), vhi);
+        const __m256i w = _mm256_packs_epi32(_mm256_cvtps_epi32(v), _mm256_setzero_si256());  // in range: no saturation here
+        const __m256i b = std::is_signed_v<T> ? _mm256_packs_epi16(w, w) : _mm256_packus_epi16(w, w);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), _mm_unpacklo_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
+    }
+    return i;
+}
+
+#pragma GCC diagnostic pop
+
+template <typename T>
+void quantizeRun(const float* x, T* y, int64_t n, float scale, float zp) {
     const float lo = static_cast<float>(std::numeric_limits<T>::lowest()), hi = static_cast<float>(std::numeric_limits<T>::max());
-    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(std::min(std::max(std::nearbyint(x[i] / scale) + zp, lo), hi));
+    int64_t i = cpuHasAvx512() ? quantize16(x, y, n, scale, zp, lo, hi) : cpuHasAvx2Fma() ? quantize8(x, y, n, scale, zp, lo, hi) : 0;
+    for (; i < n; ++i) y[i] = static_cast<T>(std::min(std::max(std::nearbyint(x[i] / scale) + zp, lo), hi));
 }
 
 template <typename T>

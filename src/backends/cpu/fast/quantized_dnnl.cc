@@ -4,9 +4,9 @@
 // scales and zero points. oneDNN 2.x adds an int8 conv's bias to the int32 accumulator before
 // the scales, as QLinearConv defines it. They take 8-bit activations with scalar parameters
 // and constant symmetric int8 weights (zero points 0: oneDNN's, and TensorRT's, form), per
-// tensor or per output channel; other nodes take the reference kernel. The int8 kernels want
-// channels-last data, so a conv reorders its NCHW input and output (bytes, cheap next to the
-// conv). Without oneDNN the tactics do not exist.
+// tensor or per output channel; other nodes take the reference kernel. The int8 convs want
+// channels-last data: the kiln QLinearConvNhwc (passes/quantized_layout.cc) has it; a plain
+// QLinearConv reorders its NCHW input and output. Without oneDNN the tactics do not exist.
 #include "backends/cpu/fast/tactics.h"
 
 #ifdef KILN_WITH_DNNL
@@ -119,7 +119,9 @@ void finishPlan(QuantizedPlan& p, const Desc& pd, const Tensor& w, const memory:
 QuantizedPlan convPlan(const KernelContext& ctx) {
     const Tensor &x = ctx.input(0), &w = ctx.input(3);
     const Attributes& a = ctx.attrs();
-    const int64_t group = a.getInt("group", 1), N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
+    const bool nhwc = ctx.node.op_type == "QLinearConvNhwc";
+    const Dims& xd = x.dims();
+    const int64_t group = a.getInt("group", 1), N = xd[0], C = nhwc ? xd[3] : xd[1], H = nhwc ? xd[1] : xd[2], W = nhwc ? xd[2] : xd[3];
     const int64_t O = w.dims()[0], KH = w.dims()[2], KW = w.dims()[3];
     ctx.require(C == w.dims()[1] * group && O % group == 0, "input channels " + std::to_string(C) + " do not match weights " + dimsToString(w.dims()));
     const auto strides = a.getInts("strides", {1, 1}), dilations = a.getInts("dilations", {1, 1});
@@ -129,12 +131,13 @@ QuantizedPlan convPlan(const KernelContext& ctx) {
     const int64_t OW = (W + pads[1] + pads[3] - ((KW - 1) * dilations[1] + 1)) / strides[1] + 1;
     ctx.require(OH > 0 && OW > 0, "the conv's output would be empty for input " + dimsToString(x.dims()));
     QuantizedPlan p;
-    p.x_dims = x.dims(), p.pool_threads = cpuThreads(), p.y_type = ctx.input(7).dtype(), p.y_dims = {N, O, OH, OW};
+    p.x_dims = x.dims(), p.pool_threads = cpuThreads(), p.y_type = ctx.input(7).dtype();
+    p.y_dims = nhwc ? Dims{N, OH, OW, O} : Dims{N, O, OH, OW};
     p.threads = 2.0 * N * O * OH * OW * (C / group) * KH * KW < kSharedOps ? 1 : cpuThreads();
     const memory::dims src{N, C, H, W}, dst{N, O, OH, OW};
     const memory::dims wdims = group == 1 ? memory::dims{O, C, KH, KW} : memory::dims{group, O / group, C / group, KH, KW};
-    p.src_user = memory::desc(src, dnnlType(x.dtype()), Tag::nchw);
-    p.dst_user = memory::desc(dst, dnnlType(p.y_type), Tag::nchw);
+    p.src_user = memory::desc(src, dnnlType(x.dtype()), nhwc ? Tag::nhwc : Tag::nchw);
+    p.dst_user = memory::desc(dst, dnnlType(p.y_type), nhwc ? Tag::nhwc : Tag::nchw);
     const memory::desc w_user(wdims, memory::data_type::s8, group == 1 ? Tag::oihw : Tag::goihw);
     p.bias = memory::desc({O}, memory::data_type::s32, Tag::a);
     const memory::desc any_src(src, dnnlType(x.dtype()), Tag::any), any_dst(dst, dnnlType(p.y_type), Tag::any), any_w(wdims, memory::data_type::s8, Tag::any);
@@ -202,7 +205,7 @@ std::vector<Tensor> runPlanned(const KernelContext& ctx, QuantizedPlan (*plan)(c
                                             {DNNL_ARG_WEIGHTS, memory(p->weights, e, const_cast<std::byte*>(p->weights_data.data()))},
                                             {DNNL_ARG_DST, dst},
                                             {DNNL_ARG_SCRATCHPAD, memory(p->scratchpad, e, scratch.data())}};
-    if (ctx.node.op_type == "QLinearConv" && ctx.hasInput(8)) args.emplace(DNNL_ARG_BIAS, memory(p->bias, e, const_cast<std::byte*>(ctx.input(8).raw())));
+    if (ctx.node.op_type != "QLinearMatMul" && ctx.hasInput(8)) args.emplace(DNNL_ARG_BIAS, memory(p->bias, e, const_cast<std::byte*>(ctx.input(8).raw())));
     p->product.execute(stream, args);
     if (p->dst_out) p->dst_out.execute(stream, dst, dst_user);
     stream.wait();
@@ -219,7 +222,7 @@ std::vector<Tensor> dnnlQMatMul(const KernelContext& ctx) { return runPlanned(ct
 }  // namespace
 
 void addQuantizedDnnlTactics(std::vector<Tactic>& t) {
-    t.push_back({"dnnl", "conv", {"QLinearConv"}, supportsQConv, dnnlQConv});
+    t.push_back({"dnnl", "conv", {"QLinearConv", "QLinearConvNhwc"}, supportsQConv, dnnlQConv});
     t.push_back({"dnnl", "gemm", {"QLinearMatMul"}, supportsQMatMul, dnnlQMatMul});
 }
 

@@ -241,6 +241,16 @@ std::vector<Tensor> qlinearConv(const KernelContext& ctx) {
     return {requantize(ctx, acc, scale_at, ys, yzp, yzp ? yzp->dtype() : x.dtype())};
 }
 
+// kiln's channels-last QLinearConv (passes/quantized_layout.cc): x and y in NHWC.
+std::vector<Tensor> qlinearConvNhwc(const KernelContext& ctx) {
+    ctx.require(ctx.input(0).rank() == 4, "a channels-last QLinearConv needs a 4-D input");
+    const Tensor x = transposeTensor(ctx.input(0), {0, 3, 1, 2});
+    std::vector<const Tensor*> inputs = ctx.inputs;
+    inputs[0] = &x;
+    const Tensor y = qlinearConv(KernelContext{ctx.node, inputs, ctx.opset, nullptr})[0];
+    return {transposeTensor(y, {0, 2, 3, 1})};
+}
+
 }  // namespace
 
 void registerQuantizeKernels(KernelRegistry& r) {
@@ -251,6 +261,7 @@ void registerQuantizeKernels(KernelRegistry& r) {
     r.add("ConvInteger", convInteger);
     r.add("QLinearMatMul", qlinearMatMul);
     r.add("QLinearConv", qlinearConv);
+    r.add("QLinearConvNhwc", qlinearConvNhwc);
 }
 
 }  // namespace kiln
