@@ -11,6 +11,13 @@ namespace kiln::tools {
 namespace {
 
 std::string precisionOf(const Graph& g, const Node& n) {
+    // Integer products: the type of their 8-bit data (their float inputs are only scales).
+    if (n.op_type.rfind("QLinear", 0) == 0 && !n.inputs.empty()) {
+        const ValueInfo* vi = g.findValueInfo(n.inputs[0]);
+        auto c = g.initializers.find(n.inputs.size() > 2 ? n.inputs[2] : "");
+        const DType t = c != g.initializers.end() ? c->second.dtype() : vi ? vi->dtype : DType::Undefined;
+        if (t != DType::Undefined) return std::string(dtypeName(t));
+    }
     for (const auto& in : n.inputs) {
         if (in.empty()) continue;
         if (auto it = g.initializers.find(in); it != g.initializers.end() && isFloating(it->second.dtype())) return std::string(dtypeName(it->second.dtype()));
