@@ -58,5 +58,6 @@ Pass softmaxFusionPass();
 Pass matmulWeightLayoutPass();
 Pass qdqFusionPass();
 Pass quantizedLayoutPass();
+Pass quantizedLookupPass();
 
 }  // namespace kiln

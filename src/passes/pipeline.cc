@@ -22,6 +22,7 @@ const std::vector<Pass>& passPipeline() {
         layerNormFusionPass(),
         geluFusionPass(),
         hardSwishFusionPass(),
+        quantizedLookupPass(),  // after the activation fusions: HardSwish and GELU written out read x twice
         softmaxFusionPass(),
         attentionFusionPass(),
         horizontalMatMulFusionPass(),

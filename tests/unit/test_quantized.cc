@@ -236,6 +236,47 @@ TEST(QdqFusion, LeavesAsymmetricWeightsAndSharedProductsInFloatingPoint) {
     EXPECT_EQ(std::count(ops.begin(), ops.end(), "QLinearConv"), 0);
 }
 
+TEST(QdqFusion, ElementwiseChainsBetweenDqAndQBecomeExactLookups) {
+    std::mt19937 rng(38);
+    for (const DType t : {DType::U8, DType::I8}) {
+        Graph g = withInput({2, 3, 5, 7});
+        g.opset = 21;
+        g.initializers["s"] = Tensor::scalar<float>(0.04f);
+        g.initializers["z"] = t == DType::U8 ? Tensor::scalar<uint8_t>(130) : Tensor::scalar<int8_t>(3);
+        g.initializers["s2"] = Tensor::scalar<float>(0.02f);
+        g.initializers["z2"] = t == DType::U8 ? Tensor::scalar<uint8_t>(20) : Tensor::scalar<int8_t>(-100);
+        g.initializers["half"] = Tensor::scalar<float>(0.5f);
+        g.initializers["bias"] = Tensor::fromVector<float>({1, 1, 1, 1}, {0.1f});
+        auto add = [&](const std::string& op, std::vector<std::string> in, const std::string& out) {
+            g.nodes.push_back(Node{out + "_node", op, "", std::move(in), {out}, {}});
+        };
+        add("QuantizeLinear", {"x", "s", "z"}, "xq");
+        add("DequantizeLinear", {"xq", "s", "z"}, "xd");
+        add("Mul", {"half", "xd"}, "m");
+        add("HardSwish", {"m"}, "h");
+        add("Add", {"h", "bias"}, "a");
+        add("QuantizeLinear", {"a", "s2", "z2"}, "aq");
+        add("DequantizeLinear", {"aq", "s2", "z2"}, "y");
+        g.outputs = {{"y", DType::F32, Shape::fromDims({2, 3, 5, 7})}};
+        const Graph fused = optimizeGraph(g, defaults());
+        const auto ops = opTypes(fused);
+        EXPECT_EQ(std::count(ops.begin(), ops.end(), "QuantizedLookup"), 1) << dumpGraph(fused);
+        EXPECT_EQ(std::count(ops.begin(), ops.end(), "HardSwish") + std::count(ops.begin(), ops.end(), "ElementwiseChain"), 0) << dumpGraph(fused);
+        TensorMap in = {{"x", randomTensor({2, 3, 5, 7}, rng, -6.f, 6.f)}};
+        const Tensor want = GraphExecutor(g).run(in)[0], got = GraphExecutor(fused).run(in)[0];
+        EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.byteSize()), 0) << dtypeName(t);
+        // The fast lookup kernel against the reference one, on every code.
+        for (const auto& n : fused.nodes) {
+            if (n.op_type != "QuantizedLookup") continue;
+            const Tensor& table = fused.initializers.at(n.inputs[1]);
+            Tensor codes = t == DType::U8 ? randomInts<uint8_t>({3, 100000}, rng, 0, 255) : randomInts<int8_t>({3, 100000}, rng, -128, 127);
+            const KernelContext ctx{n, {&codes, &table}, 21, nullptr};
+            const Tensor fast = kernelForTactic(n, "fast")(ctx)[0], ref = referenceKernels().find("QuantizedLookup")(ctx)[0];
+            EXPECT_EQ(std::memcmp(fast.raw(), ref.raw(), ref.byteSize()), 0);
+        }
+    }
+}
+
 TEST(QdqFusion, DataMovementRunsOnTheQuantizedTensorsExactly) {
     std::mt19937 rng(37);
     Graph g = withInput({2, 3, 4, 5});

@@ -104,6 +104,37 @@ std::vector<Tensor> fastDequantize(const KernelContext& ctx) {
     return {y};
 }
 
+// 64 lookups at a time in AVX-512 VBMI registers: the 256-entry table as four 64-byte
+// quarters, two two-source byte permutes by the low 7 bits and a blend on the high one.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t lookup64(const uint8_t* x, uint8_t* y, int64_t n, const uint8_t* table, uint8_t offset) {
+    const __m512i t0 = _mm512_loadu_si512(table), t1 = _mm512_loadu_si512(table + 64), t2 = _mm512_loadu_si512(table + 128),
+                  t3 = _mm512_loadu_si512(table + 192), off = _mm512_set1_epi8(static_cast<char>(offset));
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        const __m512i c = _mm512_add_epi8(_mm512_loadu_si512(x + i), off);
+        const __m512i lo = _mm512_permutex2var_epi8(t0, c, t1), hi = _mm512_permutex2var_epi8(t2, c, t3);
+        _mm512_storeu_si512(y + i, _mm512_mask_blend_epi8(_mm512_movepi8_mask(c), lo, hi));
+    }
+    return i;
+}
+
+// The table lookup (cf. the reference kernel), shared between threads on large tensors.
+std::vector<Tensor> fastLookup(const KernelContext& ctx) {
+    const Tensor &x = ctx.input(0), &table = ctx.input(1);
+    if (!eightBit(x.dtype()) || table.numel() != 256 || dtypeSize(table.dtype()) != 1) return referenceFallback(ctx);
+    Tensor y = ctx.output(0, table.dtype(), x.dims());
+    const auto* __restrict t = reinterpret_cast<const uint8_t*>(table.raw());
+    const auto* __restrict px = reinterpret_cast<const uint8_t*>(x.raw());
+    auto* __restrict py = reinterpret_cast<uint8_t*>(y.raw());
+    const uint8_t offset = x.dtype() == DType::I8 ? 128 : 0;
+    static const bool vbmi = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+    inChunks(x.numel(), [&](int64_t at, int64_t n) {
+        int64_t i = vbmi ? lookup64(px + at, py + at, n, t, offset) : 0;
+        for (; i < n; ++i) py[at + i] = t[static_cast<uint8_t>(px[at + i] + offset)];
+    });
+    return {y};
+}
+
 // Whether a node is of the per-tensor 8-bit form where its parameters' types are known at
 // build time (constants or typed values); nodes it turns out not to be at run time take the
 // reference kernel there.
@@ -128,6 +159,7 @@ bool supportsPerTensor(const Node& n, const Graph& g) {
 void addQuantizeTactics(std::vector<Tactic>& t) {
     t.push_back({"fast", "elementwise", {"QuantizeLinear"}, supportsPerTensor, fastQuantize});
     t.push_back({"fast", "elementwise", {"DequantizeLinear"}, supportsPerTensor, fastDequantize});
+    t.push_back({"fast", "elementwise", {"QuantizedLookup"}, supportsAnyNode, fastLookup});
 }
 
 }  // namespace kiln

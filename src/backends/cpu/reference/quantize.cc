@@ -251,6 +251,20 @@ std::vector<Tensor> qlinearConvNhwc(const KernelContext& ctx) {
     return {transposeTensor(y, {0, 2, 3, 1})};
 }
 
+// kiln's 8-bit table lookup (passes/quantized_lookup.cc): y[i] = table[x[i] - lowest code].
+std::vector<Tensor> quantizedLookup(const KernelContext& ctx) {
+    const Tensor &x = ctx.input(0), &table = ctx.input(1);
+    ctx.require((x.dtype() == DType::U8 || x.dtype() == DType::I8) && table.numel() == 256 && dtypeSize(table.dtype()) == 1,
+                "a lookup takes 8-bit codes and a 256-entry table of 8-bit codes, got " + x.summary() + " and " + table.summary());
+    Tensor y(table.dtype(), x.dims());
+    const auto* t = reinterpret_cast<const uint8_t*>(table.raw());
+    const auto* px = reinterpret_cast<const uint8_t*>(x.raw());
+    auto* py = reinterpret_cast<uint8_t*>(y.raw());
+    const uint8_t offset = x.dtype() == DType::I8 ? 128 : 0;  // int8 code c sits at c + 128
+    for (int64_t i = 0; i < x.numel(); ++i) py[i] = t[static_cast<uint8_t>(px[i] + offset)];
+    return {y};
+}
+
 }  // namespace
 
 void registerQuantizeKernels(KernelRegistry& r) {
@@ -262,6 +276,7 @@ void registerQuantizeKernels(KernelRegistry& r) {
     r.add("QLinearMatMul", qlinearMatMul);
     r.add("QLinearConv", qlinearConv);
     r.add("QLinearConvNhwc", qlinearConvNhwc);
+    r.add("QuantizedLookup", quantizedLookup);
 }
 
 }  // namespace kiln
