@@ -143,6 +143,9 @@ def main():
     if unknown:
         sys.exit(f"int8.py: unknown model(s) {','.join(unknown)} (see bench/zoo/manifest.json)")
     ort_cpu = OrtCpu(a.threads)
+    meta = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()} ({os.cpu_count()} cores)", "threads": a.threads,
+            "ort": ort_cpu.kind, "commit": os.environ.get("KILN_COMMIT", ""), "what": "Kiln int8 (QDQ from ORT's quantizer) against ORT int8 and Kiln f32"}
+    out = os.path.join(ROOT, "bench", "results", f"{meta['date']}-zoo-int8-cpu-vm{'-' + a.tag if a.tag else ''}.json")
     rows = []
     for name in a.models.split(","):
         obtain.obtain(specs[name])
@@ -153,11 +156,8 @@ def main():
               f"int8/f32 speedup {r['int8_speedup_vs_kiln_f32']:.2f}x  kiln/ort int8 {r['ratio_vs_ort_int8']:.2f}  "
               f"vs ort int8 {r['vs_ort_int8_max_steps']:.1f} steps  vs f32 rel-L2 {r['vs_f32_rel_l2']:.3f}  "
               f"top-1 {r.get('top1_agreement_vs_f32', '-')}"), flush=True)
-    meta = {"date": datetime.date.today().isoformat(), "machine": f"{platform.machine()} ({os.cpu_count()} cores)", "threads": a.threads,
-            "ort": ort_cpu.kind, "commit": os.environ.get("KILN_COMMIT", ""), "what": "Kiln int8 (QDQ from ORT's quantizer) against ORT int8 and Kiln f32"}
-    out = os.path.join(ROOT, "bench", "results", f"{meta['date']}-zoo-int8-cpu-vm{'-' + a.tag if a.tag else ''}.json")
-    with open(out, "w") as f:
-        json.dump({"meta": meta, "results": rows}, f, indent=1)
+        with open(out, "w") as f:  # after every model: a run cut short keeps what it measured
+            json.dump({"meta": meta, "results": rows}, f, indent=1)
     print("saved", os.path.relpath(out, ROOT))
 
 
