@@ -29,6 +29,18 @@ bool eightBit(DType t) { return t == DType::I8 || t == DType::U8; }
 
 bool zeroPointIsLowest(const Tensor& zp) { return zp.scalarAt(0) == (zp.dtype() == DType::U8 ? 0.0 : -128.0); }
 
+// Q(Clip(y, 0, hi)) is Q(y) where Q's zero point is its lowest code (it clamps at 0) and its
+// largest representable value is at most hi (it saturates there first): ReLU6 before a Q
+// calibrated on its output.
+bool clipIsSaturation(const Graph& g, const Node& clip, const Node& q) {
+    double lo = clip.attrs.has("min") ? clip.attrs.getFloat("min", 0.f) : 0.0, hi = clip.attrs.has("max") ? clip.attrs.getFloat("max", 0.f) : 0.0;
+    if (!clip.attrs.has("min") && !(clip.inputs.size() > 1 && scalarConstant(g, clip.inputs[1], &lo))) return false;
+    if (!clip.attrs.has("max") && !(clip.inputs.size() > 2 && scalarConstant(g, clip.inputs[2], &hi))) return false;
+    const Tensor& zp = *constantOf(g, q.inputs[2]);
+    const double top = (zp.dtype() == DType::U8 ? 255.0 : 127.0) - zp.scalarAt(0);
+    return lo == 0.0 && top * constantOf(g, q.inputs[1])->scalarAt(0) <= hi * (1 + 1e-6);
+}
+
 bool allZero(const Tensor& t) {
     for (int64_t i = 0; i < t.numel(); ++i)
         if (t.scalarAt(i) != 0.0) return false;
@@ -174,9 +186,10 @@ void fuseQdq(Graph& g, const RouteValues& route) {
         int q = soleQuantizer(g, index, n.outputs[0]), relu = -1;
         if (q < 0) {  // Q(Relu(y)) is Q(y) where Q's zero point is its type's lowest value: it clamps there
             const int r = index.soleConsumer(n.outputs[0]);
-            if (r < 0 || g.nodes[r].op_type != "Relu" || !g.nodes[r].domain.empty()) continue;
+            if (r < 0 || !g.nodes[r].domain.empty() || (g.nodes[r].op_type != "Relu" && g.nodes[r].op_type != "Clip")) continue;
             q = soleQuantizer(g, index, g.nodes[r].outputs[0]);
             if (q < 0 || !zeroPointIsLowest(*constantOf(g, g.nodes[q].inputs[2]))) continue;
+            if (g.nodes[r].op_type == "Clip" && !clipIsSaturation(g, g.nodes[r], g.nodes[q])) continue;
             relu = r;
         }
         const Dequantized x = dequantizedInput(g, index, n.inputs[0]);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/builder.h"
+#include "passes/pass.h"
 #include "ir/file_write.h"
 #include "quant/calibration.h"
 #include "runtime/context.h"
@@ -103,6 +104,11 @@ Graph withConstantsAsInitializers(const Graph& model) {
         else kept.push_back(std::move(n));
     }
     g.nodes = std::move(kept);
+    // BatchNorms folded into the convs before them (what ONNX Runtime's quant_pre_process does):
+    // the conv's output is then the value to quantize, not the BatchNorm's input.
+    RouteValues route = BuildRoute::defaults(Builder::space()).values();
+    batchNormFoldingPass().run(g, route);
+    topologicalSort(g);
     return g;
 }
 
@@ -123,7 +129,15 @@ std::vector<std::string> quantizationPoints(const Graph& model) {
         add(n.inputs[0]);
         std::string out = n.outputs[0];
         const auto& r = readers[out];
-        if (r.size() == 1 && g.nodes[static_cast<size_t>(r[0])].op_type == "Relu") out = g.nodes[static_cast<size_t>(r[0])].outputs[0];
+        // After a Relu or a Clip from 0 (ReLU6) that reads it alone: the Q then does their clamping.
+        if (r.size() == 1) {
+            const Node& act = g.nodes[static_cast<size_t>(r[0])];
+            double lo = 1;
+            const bool from_zero = act.op_type == "Clip" && (act.attrs.has("min") ? act.attrs.getFloat("min", 1.f) == 0.f
+                                                                                   : act.inputs.size() > 1 && g.initializers.count(act.inputs[1]) &&
+                                                                                         (lo = g.initializers.at(act.inputs[1]).scalarAt(0)) == 0.0);
+            if (act.op_type == "Relu" || from_zero) out = act.outputs[0];
+        }
         add(out);
     }
     return points;

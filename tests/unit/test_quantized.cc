@@ -393,3 +393,36 @@ TEST(Calibration, FileRoundTrip) {
 
 }  // namespace
 }  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+// x -> Conv -> BatchNormalization -> Clip(0, 6) -> Conv -> y, as MobileNetV2 exports unfolded.
+TEST(Calibration, BatchNormsFoldAndRelu6BecomesTheQuantizersClamp) {
+    std::mt19937 rng(42);
+    Graph g = floatCnn(rng);
+    g.initializers["bn_s"] = randomTensor({8}, rng, 0.5f, 1.5f);
+    g.initializers["bn_b"] = randomTensor({8}, rng, -0.2f, 0.2f);
+    g.initializers["bn_m"] = randomTensor({8}, rng, -0.1f, 0.1f);
+    g.initializers["bn_v"] = randomTensor({8}, rng, 0.5f, 1.0f);
+    g.initializers["zero"] = Tensor::scalar<float>(0.f);
+    g.initializers["six"] = Tensor::scalar<float>(6.f);
+    g.nodes[1] = Node{"bn", "BatchNormalization", "", {"h", "bn_s", "bn_b", "bn_m", "bn_v"}, {"n"}, {}};
+    g.nodes.insert(g.nodes.begin() + 2, Node{"clip", "Clip", "", {"n", "zero", "six"}, {"a"}, {}});
+    g.value_info["n"] = {"n", DType::F32, Shape::fromDims({1, 8, 8, 8})};
+    std::vector<TensorMap> samples;
+    for (int k = 0; k < 3; ++k) samples.push_back({{"x", randomTensor({1, 4, 8, 8}, rng, -4.f, 4.f)}});
+    const CalibrationTable t = calibrate(g, "hash", samples, "minmax");
+    EXPECT_TRUE(t.ranges.count("a")) << "the point is after the ReLU6";
+    const Graph q = insertQdq(g, t);
+    const Graph o = optimizeGraph(q, defaults());
+    const auto ops = opTypes(o);
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "QLinearConvNhwc"), 2) << dumpGraph(o);
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "Clip") + std::count(ops.begin(), ops.end(), "BatchNormalization"), 0) << dumpGraph(o);
+    const Tensor want = GraphExecutor(g).run(samples[0])[0], got = GraphExecutor(q).run(samples[0])[0], fused = GraphExecutor(o).run(samples[0])[0];
+    EXPECT_LT(compareOutputs(got, want, "y").rel_l2, 0.03);
+    EXPECT_LT(compareOutputs(fused, got, "y").rel_l2, 0.02);  // the fused int8 kernels against the QDQ graph's reading
+}
+
+}  // namespace
+}  // namespace kiln::testing
