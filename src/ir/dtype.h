@@ -36,6 +36,8 @@ bool isFloating(DType t);
 bool isSignedInteger(DType t);
 bool isUnsignedInteger(DType t);
 inline bool isInteger(DType t) { return isSignedInteger(t) || isUnsignedInteger(t); }
+// int8 or uint8: the types of quantized tensors that the int8 kernels take.
+inline bool isEightBitInteger(DType t) { return t == DType::I8 || t == DType::U8; }
 
 template <typename T>
 struct DTypeOf;

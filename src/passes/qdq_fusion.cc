@@ -25,8 +25,6 @@ namespace kiln {
 
 namespace {
 
-bool eightBit(DType t) { return t == DType::I8 || t == DType::U8; }
-
 bool zeroPointIsLowest(const Tensor& zp) { return zp.scalarAt(0) == (zp.dtype() == DType::U8 ? 0.0 : -128.0); }
 
 // Q(Clip(y, 0, hi)) is Q(y) where Q's zero point is its lowest code (it clamps at 0) and its
@@ -67,7 +65,7 @@ Dequantized dequantizedInput(const Graph& g, const GraphIndex& index, const std:
     if (n.attrs.getInt("block_size", 0) != 0) return d;
     const Tensor* s = constantOf(g, n.inputs[1]);
     const Tensor* z = constantOf(g, n.inputs[2]);
-    if (!s || !z || s->dtype() != DType::F32 || !eightBit(z->dtype()) || s->numel() != z->numel()) return d;
+    if (!s || !z || s->dtype() != DType::F32 || !isEightBitInteger(z->dtype()) || s->numel() != z->numel()) return d;
     if (s->numel() != 1) {
         if (per_axis < 0 || s->rank() != 1) return d;
         if (const Tensor* c = constantOf(g, n.inputs[0])) rank = c->rank();
@@ -91,7 +89,7 @@ int soleQuantizer(const Graph& g, const GraphIndex& index, const std::string& va
     if (q.attrs.getInt("block_size", 0) != 0) return -1;
     const Tensor* s = constantOf(g, q.inputs[1]);
     const Tensor* z = constantOf(g, q.inputs[2]);
-    if (!s || !z || s->numel() != 1 || z->numel() != 1 || s->dtype() != DType::F32 || !eightBit(z->dtype()) || !(s->scalarAt(0) > 0.0)) return -1;
+    if (!s || !z || s->numel() != 1 || z->numel() != 1 || s->dtype() != DType::F32 || !isEightBitInteger(z->dtype()) || !(s->scalarAt(0) > 0.0)) return -1;
     return c;
 }
 

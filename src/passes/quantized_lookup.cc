@@ -20,7 +20,7 @@ bool scalarQuantParams(const Graph& g, const Node& n) {
     if (!n.domain.empty() || n.inputs.size() != 3 || n.inputs[2].empty() || n.attrs.getInt("block_size", 0) != 0) return false;
     const Tensor* s = constantOf(g, n.inputs[1]);
     const Tensor* z = constantOf(g, n.inputs[2]);
-    return s && z && s->numel() == 1 && z->numel() == 1 && s->dtype() == DType::F32 && (z->dtype() == DType::U8 || z->dtype() == DType::I8);
+    return s && z && s->numel() == 1 && z->numel() == 1 && s->dtype() == DType::F32 && isEightBitInteger(z->dtype());
 }
 
 // A chain step: the node transforms input `flow` elementwise; its other inputs are scalar

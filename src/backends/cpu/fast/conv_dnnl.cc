@@ -123,11 +123,7 @@ BlockedConv geometry(const KernelContext& ctx) {
 }
 
 const dnnl::engine& cpuEngine() { return dnnlCpuEngine(); }
-
-dnnl::stream& cpuStream() {
-    thread_local dnnl::stream stream(cpuEngine());
-    return stream;
-}
+dnnl::stream& cpuStream() { return dnnlCpuStream(); }
 
 // src, weights and dst are the blocked layouts the node's tensors have. When oneDNN has only
 // its reference kernel for those (a 1 x 128 kernel with 64 pads, wav2vec2's positional conv:
@@ -141,7 +137,7 @@ struct CachedPrimitive {
     dnnl::reorder src_in, weights_in, dst_in, dst_out;  // dst_in: the residual, for the sum post-op
 };
 
-bool referenceImplementation(const dnnl::convolution_forward::primitive_desc& pd) { return std::string(pd.impl_info_str()).rfind("ref", 0) == 0; }
+bool referenceImplementation(const dnnl::convolution_forward::primitive_desc& pd) { return dnnlReferenceImplementation(pd.impl_info_str()); }
 
 CachedPrimitive buildPrimitive(const BlockedConv& g, const Node& node) {
     const memory::dims src{g.N, g.C, g.H, g.W}, dst{g.N, g.O, g.OH, g.OW};

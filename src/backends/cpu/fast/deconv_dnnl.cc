@@ -71,9 +71,8 @@ std::shared_ptr<const PreparedDeconv> prepareDeconv(const KernelContext& ctx) {
     p->scratchpad = pd.scratchpad_desc();
     memory given(memory::desc(wd, memory::data_type::f32, onnx_weights), engine, const_cast<std::byte*>(w.raw()));
     p->packed_weights = memory(pd.weights_desc(), engine);
-    dnnl::stream stream(engine);
-    dnnl::reorder(given, p->packed_weights).execute(stream, given, p->packed_weights);
-    stream.wait();
+    dnnl::reorder(given, p->packed_weights).execute(dnnlCpuStream(), given, p->packed_weights);
+    dnnlCpuStream().wait();
     if (ctx.memo) ctx.memo->set(p);
     return p;
 }
@@ -105,10 +104,9 @@ std::vector<Tensor> dnnlDeconv(const KernelContext& ctx) {
                                             {DNNL_ARG_DST, memory(p->dst, engine, y.raw())},
                                             {DNNL_ARG_SCRATCHPAD, memory(p->scratchpad, engine, scratch.data())}};
     if (b) args.emplace(DNNL_ARG_BIAS, memory(p->bias, engine, const_cast<std::byte*>(b->raw())));
-    thread_local dnnl::stream stream(engine);
     const ScopedOmpThreads threads(p->threads);
-    p->prim.execute(stream, args);
-    stream.wait();
+    p->prim.execute(dnnlCpuStream(), args);
+    dnnlCpuStream().wait();
     return {y};
 }
 

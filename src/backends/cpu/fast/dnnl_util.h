@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 
 #include "backends/cpu/fast/parallel_for.h"
 
@@ -14,5 +15,13 @@ inline const dnnl::engine& dnnlCpuEngine() {
     return engine;
 }
 
+// This thread's stream on that engine (a stream is not to be shared between threads).
+inline dnnl::stream& dnnlCpuStream() {
+    thread_local dnnl::stream stream(dnnlCpuEngine());
+    return stream;
+}
+
+// Whether oneDNN picked its reference implementation (slow: the callers look for another way).
+inline bool dnnlReferenceImplementation(const char* impl_info) { return std::string(impl_info).rfind("ref", 0) == 0; }
 
 }  // namespace kiln

@@ -19,12 +19,10 @@ namespace kiln {
 
 namespace {
 
-bool eightBit(DType t) { return t == DType::I8 || t == DType::U8; }
-
 // Scalar f32 scale and an 8-bit zero point: the per-tensor form the loops below take.
 bool perTensor8Bit(const KernelContext& ctx, DType quantized) {
     const Tensor* zp = ctx.optionalInput(2);
-    return ctx.input(1).numel() == 1 && ctx.input(1).dtype() == DType::F32 && zp && zp->numel() == 1 && zp->dtype() == quantized && eightBit(quantized) &&
+    return ctx.input(1).numel() == 1 && ctx.input(1).dtype() == DType::F32 && zp && zp->numel() == 1 && zp->dtype() == quantized && isEightBitInteger(quantized) &&
            ctx.attrs().getInt("block_size", 0) == 0;
 }
 
@@ -121,7 +119,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) int64_t lookup64(const ui
 // The table lookup (cf. the reference kernel), shared between threads on large tensors.
 std::vector<Tensor> fastLookup(const KernelContext& ctx) {
     const Tensor &x = ctx.input(0), &table = ctx.input(1);
-    if (!eightBit(x.dtype()) || table.numel() != 256 || dtypeSize(table.dtype()) != 1) return referenceFallback(ctx);
+    if (!isEightBitInteger(x.dtype()) || table.numel() != 256 || dtypeSize(table.dtype()) != 1) return referenceFallback(ctx);
     Tensor y = ctx.output(0, table.dtype(), x.dims());
     const auto* __restrict t = reinterpret_cast<const uint8_t*>(table.raw());
     const auto* __restrict px = reinterpret_cast<const uint8_t*>(x.raw());
@@ -151,7 +149,7 @@ bool supportsPerTensor(const Node& n, const Graph& g) {
         return true;
     };
     DType scale = DType::Undefined, zp = DType::Undefined;
-    return scalarOf(n.inputs[1], &scale) && scalarOf(n.inputs[2], &zp) && scale == DType::F32 && eightBit(zp);
+    return scalarOf(n.inputs[1], &scale) && scalarOf(n.inputs[2], &zp) && scale == DType::F32 && isEightBitInteger(zp);
 }
 
 }  // namespace

@@ -12,9 +12,9 @@
 #ifdef KILN_WITH_DNNL
 #include <cmath>
 #include <memory>
+#include <unordered_map>
 
 #include "backends/cpu/fast/dnnl_util.h"
-#include <unordered_map>
 
 namespace kiln {
 
@@ -24,8 +24,6 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 
 memory::data_type dnnlType(DType t) { return t == DType::U8 ? memory::data_type::u8 : memory::data_type::s8; }
-bool eightBit(DType t) { return t == DType::I8 || t == DType::U8; }
-
 const Tensor* constant(const Graph& g, const Node& n, size_t i) {
     if (!n.hasInput(i)) return nullptr;
     auto it = g.initializers.find(n.inputs[i]);
@@ -44,8 +42,8 @@ bool supportedParameters(const Node& n, const Graph& g, int64_t channels) {
     const Tensor *xs = constant(g, n, 1), *xz = constant(g, n, 2), *w = constant(g, n, 3), *ws = constant(g, n, 4), *wz = constant(g, n, 5);
     const Tensor *ys = constant(g, n, 6), *yz = constant(g, n, 7);
     if (!xs || !xz || !w || !ws || !wz || !ys || !yz) return false;
-    return xs->numel() == 1 && xz->numel() == 1 && eightBit(xz->dtype()) && w->dtype() == DType::I8 && allZero(*wz) &&
-           (ws->numel() == 1 || ws->numel() == channels) && ys->numel() == 1 && yz->numel() == 1 && eightBit(yz->dtype());
+    return xs->numel() == 1 && xz->numel() == 1 && isEightBitInteger(xz->dtype()) && w->dtype() == DType::I8 && allZero(*wz) &&
+           (ws->numel() == 1 || ws->numel() == channels) && ys->numel() == 1 && yz->numel() == 1 && isEightBitInteger(yz->dtype());
 }
 
 bool supportsQConv(const Node& n, const Graph& g) {
@@ -79,13 +77,6 @@ dnnl::primitive_attr requantizeAttr(const KernelContext& ctx, int channel_mask) 
     return attr;
 }
 
-dnnl::stream& cpuStream() {
-    thread_local dnnl::stream stream(dnnlCpuEngine());
-    return stream;
-}
-
-bool referenceImplementation(const char* impl) { return std::string(impl).rfind("ref", 0) == 0; }
-
 // Integer products of fewer operations than this run on one thread (cf. conv_dnnl.cc).
 constexpr double kSharedOps = 4e6;
 
@@ -106,14 +97,14 @@ struct QuantizedPlan {
 template <typename Desc>
 void finishPlan(QuantizedPlan& p, const Desc& pd, const Tensor& w, const memory::desc& w_user) {
     const dnnl::engine& e = dnnlCpuEngine();
-    p.usable = !referenceImplementation(pd.impl_info_str());
+    p.usable = !dnnlReferenceImplementation(pd.impl_info_str());
     p.src = pd.src_desc(), p.weights = pd.weights_desc(), p.dst = pd.dst_desc(), p.scratchpad = pd.scratchpad_desc();
     if (p.src != p.src_user) p.src_in = dnnl::reorder(dnnl::reorder::primitive_desc(e, p.src_user, e, p.src));
     if (p.dst != p.dst_user) p.dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(e, p.dst, e, p.dst_user));
     p.weights_data.resize(p.weights.get_size());
     memory user(w_user, e, const_cast<std::byte*>(w.raw())), packed(p.weights, e, p.weights_data.data());
-    dnnl::reorder(user, packed).execute(cpuStream(), user, packed);
-    cpuStream().wait();
+    dnnl::reorder(user, packed).execute(dnnlCpuStream(), user, packed);
+    dnnlCpuStream().wait();
 }
 
 QuantizedPlan convPlan(const KernelContext& ctx) {
@@ -173,7 +164,7 @@ QuantizedPlan matmulPlan(const KernelContext& ctx) {
 
 std::vector<Tensor> runPlanned(const KernelContext& ctx, QuantizedPlan (*plan)(const KernelContext&)) {
     const Tensor& x = ctx.input(0);
-    if (!eightBit(x.dtype()) || x.dtype() != ctx.input(2).dtype()) return referenceFallback(ctx);
+    if (!isEightBitInteger(x.dtype()) || x.dtype() != ctx.input(2).dtype()) return referenceFallback(ctx);
     std::shared_ptr<const QuantizedPlan> p = ctx.memo ? ctx.memo->get<QuantizedPlan>() : nullptr;
     if (!p || p->x_dims != x.dims() || p->pool_threads != cpuThreads()) {
         try {
@@ -190,7 +181,7 @@ std::vector<Tensor> runPlanned(const KernelContext& ctx, QuantizedPlan (*plan)(c
     scratch.resize(p->scratchpad.get_size());
     memory src_user(p->src_user, e, const_cast<std::byte*>(x.raw())), dst_user(p->dst_user, e, y.raw());
     memory src = src_user, dst = dst_user;
-    dnnl::stream& stream = cpuStream();
+    dnnl::stream& stream = dnnlCpuStream();
     const ScopedOmpThreads threads(p->threads);
     if (p->src_in) {
         src_buffer.resize(p->src.get_size());
