@@ -23,8 +23,8 @@ const ParameterSpec& memoryPlannerParameter() {
 }
 
 const ParameterSpec& debugFaultParameter() {
-    static const ParameterSpec p{"debug.fault", {"none", "build_error", "crash", "hang", "wrong"}, "none", "builder",
-                                 "Fault injection for testing the tuner's isolation", true};
+    static const ParameterSpec p{"debug.fault", {"none", "build_error", "crash", "hang", "wrong", "wrong_past_16_rows"}, "none", "builder",
+                                 "Fault injection for testing the tuner's isolation (wrong_past_16_rows: wrong only where the first output's first dim exceeds 16)", true};
     return p;
 }
 
@@ -100,13 +100,33 @@ Engine Builder::build() const {
     e.model_hash = model_hash_;
     e.profile = profile_;
     e.graph = optimize();
-    if (fault == "wrong") {
-        // Scale the first graph output: a build that runs fine but computes wrong numbers.
+    if (fault == "wrong" || fault == "wrong_past_16_rows") {
+        // Scale the first graph output: a build that runs fine but computes wrong numbers
+        // (by 1 + 0.5 * (rows > 16) for the shape-dependent fault).
         const std::string out = e.graph.outputs.at(0).name, tmp = out + "_before_fault", k = out + "_fault_scale";
         for (auto& n : e.graph.nodes)
             for (auto& o : n.outputs)
                 if (o == out) o = tmp;
-        e.graph.initializers[k] = Tensor::scalar<float>(1.5f);
+        if (fault == "wrong") {
+            e.graph.initializers[k] = Tensor::scalar<float>(1.5f);
+        } else {
+            auto add = [&](const std::string& op, std::vector<std::string> in, Attributes attrs = {}) {
+                const std::string name = "debug_fault_" + std::to_string(e.graph.nodes.size());
+                e.graph.nodes.push_back(Node{name, op, "", std::move(in), {name}, std::move(attrs)});
+                return name;
+            };
+            e.graph.initializers["debug_fault_zero"] = Tensor::scalar<int64_t>(0);
+            e.graph.initializers["debug_fault_rows"] = Tensor::scalar<int64_t>(16);
+            e.graph.initializers["debug_fault_half"] = Tensor::scalar<float>(0.5f);
+            e.graph.initializers["debug_fault_one"] = Tensor::scalar<float>(1.0f);
+            Attributes to_float;
+            to_float.set("to", std::string(dtypeName(DType::F32)));
+            const std::string rows = add("Gather", {add("Shape", {tmp}), "debug_fault_zero"});
+            const std::string past = add("Cast", {add("Greater", {rows, "debug_fault_rows"})}, to_float);
+            const std::string scale = add("Add", {add("Mul", {past, "debug_fault_half"}), "debug_fault_one"});
+            for (auto& n : e.graph.nodes)
+                if (n.outputs[0] == scale) n.outputs[0] = k;
+        }
         e.graph.nodes.push_back(Node{"debug_fault", "Mul", "", {tmp, k}, {out}, {}});
     }
     std::string missing;

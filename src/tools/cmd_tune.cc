@@ -23,6 +23,7 @@ struct TuneCommand {
     std::string strategy, budget;
     std::string output, report;
     std::vector<std::string> shapes;  // NAME:DIMS
+    std::vector<std::string> min_shapes, opt_shapes, max_shapes;
     bool dry_run = false, json = false;
 };
 
@@ -45,19 +46,22 @@ void execute(TuneCommand& c) {
     if (!c.strategy.empty()) o.strategy = parseStrategy(c.strategy);
     o.budget = Budget::parse(c.budget);
     for (const auto& spec : c.shapes) o.input_shapes.insert(parseNamedShape(spec, "--shapes"));
+    o.policy.profile = profileFromFlags(c.min_shapes, c.opt_shapes, c.max_shapes);
     check(o.policy.iterations > 0 && o.policy.warmup >= 0 && o.policy.timeout_s > 0, "--iterations must be positive, --warmup non-negative, --timeout-per-candidate positive");
     if (c.dry_run) {
         const TunePlan plan = planTune(o, importOnnxModel(o.model_path));
         if (c.json) {
             nlohmann::json routes = nlohmann::json::array();
             for (const auto& r : plan.routes) routes.push_back({{"route_hash", r.hash()}, {"changes", r.changesText(Builder::space())}});
-            std::cout << nlohmann::json{{"expression", plan.expression}, {"strategy", plan.strategy}, {"adaptive", plan.adaptive}, {"rule", plan.rule},
+            std::cout << nlohmann::json{{"expression", plan.expression}, {"strategy", plan.strategy}, {"objective", o.objective}, {"adaptive", plan.adaptive}, {"rule", plan.rule},
                                         {"combinations", plan.combinations}, {"routes", routes}}
                              .dump(2)
                       << "\n";
             return;
         }
-        std::cout << "strategy " << plan.strategy << " over '" << plan.expression << "'\n";
+        std::cout << "strategy " << plan.strategy << " over '" << plan.expression << "'";
+        if (!o.policy.profile.empty()) std::cout << ", built for the shape profile, checked at min, opt and max, timed " << (o.objective == "geomean" ? "at all three (geomean)" : "at opt");
+        std::cout << "\n";
         if (plan.adaptive) std::cout << "phase 1 (" << plan.routes.size() << " routes):\n";
         for (const auto& r : plan.routes) std::cout << r.hash() << "  " << r.changesText(Builder::space()) << "\n";
         if (plan.adaptive) std::cout << plan.rule << "\n";
@@ -87,12 +91,13 @@ void execute(TuneCommand& c) {
     if (!c.output.empty()) {
         Builder b(importOnnxModel(o.model_path), modelFileHash(o.model_path), o.policy.target);
         b.setBuildRoute(BuildRoute::parse(r.best_route, Builder::space()));
+        if (!o.policy.profile.empty()) b.setShapeProfile(o.policy.profile);
         writeEngine(b.build(), c.output);
     }
     std::map<std::string, int> outcomes;
     for (const auto& cand : r.candidates) ++outcomes[outcomeName(cand.outcome)];
     if (c.json) {
-        nlohmann::json j{{"expression", r.expression}, {"strategy", r.strategy}, {"best_gain", r.best_gain}, {"golden", r.golden_source}, {"candidates", r.candidates.size()},
+        nlohmann::json j{{"expression", r.expression}, {"strategy", r.strategy}, {"best_gain", r.best_gain}, {"golden", r.golden_source}, {"objective", o.objective}, {"candidates", r.candidates.size()},
                          {"from_cache", r.from_cache}, {"outcomes", outcomes}, {"best_route", r.best_route}, {"best_changes", best_changes}, {"speedup_over_default", r.speedup},
                          {"speedup_interval", {r.speedup_interval.low, r.speedup_interval.high}}, {"significant", r.significant}, {"noise", r.noise}};
         if (r.verified) j["verification"] = {{"speedup", r.verification.estimate}, {"interval", {r.verification.low, r.verification.high}}, {"win_held", r.win_held}};
@@ -129,6 +134,11 @@ void addTuneCommand(CLI::App& app) {
     cmd->add_option("--expr", o.expr, "Route expression whose routes (or, for greedy/mixed, whose parameter values) are searched; default: every value of the parameters that affect the model");
     cmd->add_option("--golden", o.golden_dir, "Folder with input_N.pb / output_N.pb (default: seeded random inputs, outputs of the f32 reference)");
     cmd->add_option("--shapes", c->shapes, "Shapes of random golden inputs with symbolic dims, NAME:DIMS (repeatable; default: symbolic dims = 1)");
+    cmd->add_option("--minShapes,--min-shapes", c->min_shapes, "Shape profile minimum, NAME:DIMS (repeatable): every candidate is built for the profile and checked at min, opt and max");
+    cmd->add_option("--optShapes,--opt-shapes", c->opt_shapes, "Shape profile optimum, NAME:DIMS (default: the minimum)");
+    cmd->add_option("--maxShapes,--max-shapes", c->max_shapes, "Shape profile maximum, NAME:DIMS");
+    cmd->add_option("--objective", o.objective, "With a profile: time at the opt shapes (opt), or the geometric mean of the times at min, opt and max (geomean)")
+        ->check(CLI::IsMember({"opt", "geomean"}));
     cmd->add_option("--tolerance", c->tolerance,
                     "Accuracy criterion [OUTPUT:]METRIC=VALUE, repeatable: rel-l2 (default rel-l2=1e-3), max-abs, cosine, top-k=K");
     cmd->add_option("--tuning-cache", o.cache_path, "Append-only cache of measured candidates (JSON Lines)");

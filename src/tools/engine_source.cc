@@ -23,6 +23,26 @@ std::pair<std::string, Dims> parseNamedShape(const std::string& spec, const std:
     return {spec.substr(0, colon), dims};
 }
 
+ShapeProfile profileFromFlags(const std::vector<std::string>& min_shapes, const std::vector<std::string>& opt_shapes, const std::vector<std::string>& max_shapes) {
+    ShapeProfile profile;
+    for (const auto& spec : max_shapes) {
+        auto [name, dims] = parseNamedShape(spec, "--maxShapes");
+        profile[name] = ShapeRange{dims, dims, dims};
+    }
+    for (const auto& spec : min_shapes) {
+        auto [name, dims] = parseNamedShape(spec, "--minShapes");
+        check(profile.count(name), "--minShapes " + name + " needs a matching --maxShapes");
+        profile[name].min = dims;
+        if (profile[name].opt == profile[name].max) profile[name].opt = dims;
+    }
+    for (const auto& spec : opt_shapes) {
+        auto [name, dims] = parseNamedShape(spec, "--optShapes");
+        check(profile.count(name), "--optShapes " + name + " needs a matching --maxShapes");
+        profile[name].opt = dims;
+    }
+    return profile;
+}
+
 void addBuildOptions(CLI::App& cmd, BuildOptions& o) {
     cmd.add_option("--route", o.route, "Build route: name=value pairs separated by ';' (others keep defaults)");
     cmd.add_option("--target", o.target, "Target: cpu or cuda (an engine file runs on the target it was built for)")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -72,22 +92,7 @@ Engine buildFromGraph(Graph graph, const std::string& model, const BuildOptions&
     Builder builder(quantizedIfAsked(std::move(graph), model, hash, o), hash, o.target);
     builder.setBuildRoute(routeFromOptions(o));
     for (const auto& w : builder.warnings()) std::cerr << "kiln: warning: " << w << "\n";
-    ShapeProfile profile;
-    for (const auto& spec : o.max_shapes) {
-        auto [name, dims] = parseNamedShape(spec, "--maxShapes");
-        profile[name] = ShapeRange{dims, dims, dims};
-    }
-    for (const auto& spec : o.min_shapes) {
-        auto [name, dims] = parseNamedShape(spec, "--minShapes");
-        check(profile.count(name), "--minShapes " + name + " needs a matching --maxShapes");
-        profile[name].min = dims;
-        if (profile[name].opt == profile[name].max) profile[name].opt = dims;
-    }
-    for (const auto& spec : o.opt_shapes) {
-        auto [name, dims] = parseNamedShape(spec, "--optShapes");
-        check(profile.count(name), "--optShapes " + name + " needs a matching --maxShapes");
-        profile[name].opt = dims;
-    }
+    ShapeProfile profile = profileFromFlags(o.min_shapes, o.opt_shapes, o.max_shapes);
     for (const auto& [name, dims] : exact)
         if (!profile.count(name)) profile[name] = ShapeRange{dims, dims, dims};
     builder.setShapeProfile(profile);

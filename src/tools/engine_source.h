@@ -31,6 +31,9 @@ Engine buildEngine(const std::string& model, const BuildOptions& o);
 // names gets a profile of exactly its shape (trtexec's --shapes), so that tactic timing sees
 // real shapes; inputs that need the engine's profile shapes are made after the build.
 Engine engineWithInputs(const std::string& model, const BuildOptions& o, InputOptions& in, TensorMap* inputs);
+// The shape profile of --minShapes/--optShapes/--maxShapes (each NAME:DIMS; an input needs
+// --maxShapes, and opt defaults to min when only min and max are given).
+ShapeProfile profileFromFlags(const std::vector<std::string>& min_shapes, const std::vector<std::string>& opt_shapes, const std::vector<std::string>& max_shapes);
 // Parses "NAME:1x3x224x224".
 std::pair<std::string, Dims> parseNamedShape(const std::string& spec, const std::string& flag);
 

@@ -23,28 +23,32 @@ namespace kiln {
 namespace {
 const char* kOutcomeNames[] = {"ok", "build_error", "crash", "timeout", "accuracy_fail"};
 
-// In a child: builds the route and checks it against the golden data. Returns "" and sets
-// *engine when it passes, else the JSON result that ends the candidate.
+// In a child: builds the route and checks it against the golden data at each case. Returns
+// "" and sets *engine when it passes, else the JSON result that ends the candidate.
 std::string buildAndValidate(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
-                             const AccuracyCriterion& accuracy, const std::string& target, Engine* engine) {
+                             const AccuracyCriterion& accuracy, const MeasurePolicy& policy, Engine* engine) {
     try {
-        Builder b(model, model_hash, target);
+        Builder b(model, model_hash, policy.target);
         b.setBuildRoute(route);
+        if (!policy.profile.empty()) b.setShapeProfile(policy.profile);
         *engine = b.build();
     } catch (const std::exception& e) {
         return nlohmann::json{{"outcome", "build_error"}, {"message", e.what()}}.dump();
     }
     try {
         ExecutionContext ctx(*engine);
-        auto outputs = ctx.run(golden.inputs);
-        check(outputs.size() == golden.outputs.size(), "the engine has " + std::to_string(outputs.size()) + " outputs, the golden data " + std::to_string(golden.outputs.size()));
-        for (size_t i = 0; i < outputs.size(); ++i) {
-            const std::string& name = engine->graph.outputs[i].name;
-            const Tolerance& tol = accuracy.forOutput(name);
-            const double v = tol.measure(outputs[i], golden.outputs[i], name);
-            if (!tol.passes(v))
-                return nlohmann::json{{"outcome", "accuracy_fail"}, {"error", v},
-                                      {"message", "output " + name + ": " + tol.metric + " " + std::to_string(v) + " misses the tolerance " + tol.text()}}.dump();
+        for (const GoldenCase& c : golden.cases) {
+            const std::string at = c.label.empty() || golden.cases.size() == 1 ? "" : " at the " + c.label + " shapes";
+            auto outputs = ctx.run(c.inputs);
+            check(outputs.size() == c.outputs.size(), "the engine has " + std::to_string(outputs.size()) + " outputs, the golden data " + std::to_string(c.outputs.size()));
+            for (size_t i = 0; i < outputs.size(); ++i) {
+                const std::string& name = engine->graph.outputs[i].name;
+                const Tolerance& tol = accuracy.forOutput(name);
+                const double v = tol.measure(outputs[i], c.outputs[i], name);
+                if (!tol.passes(v))
+                    return nlohmann::json{{"outcome", "accuracy_fail"}, {"error", v},
+                                          {"message", "output " + name + at + ": " + tol.metric + " " + std::to_string(v) + " misses the tolerance " + tol.text()}}.dump();
+            }
         }
     } catch (const std::exception& e) {
         return nlohmann::json{{"outcome", "crash"}, {"message", std::string("run failed: ") + e.what()}}.dump();
@@ -52,17 +56,29 @@ std::string buildAndValidate(const Graph& model, const std::string& model_hash, 
     return "";
 }
 
-// In a child: warm-up and timed runs of a validated engine.
+// In a child: warm-up and timed runs of a validated engine. With several timed cases (the
+// geomean objective) each iteration runs every case once and its sample is the geometric
+// mean of their times, so the statistics downstream see one number per iteration.
 std::string timeEngine(const Engine& engine, const Golden& golden, const MeasurePolicy& policy) {
     try {
         ExecutionContext ctx(engine);
-        for (int i = 0; i < policy.warmup + 1; ++i) ctx.run(golden.inputs);  // +1: the first run plans the arena
+        std::vector<const GoldenCase*> timed;
+        for (const auto& c : golden.cases)
+            if (c.timed) timed.push_back(&c);
+        check(!timed.empty(), "no golden case is timed");
+        auto timeOnce = [&](const GoldenCase& c) {
+            auto t0 = std::chrono::steady_clock::now();
+            ctx.run(c.inputs);
+            const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            return ctx.stats().gpu ? ctx.stats().gpu_compute_ms : wall;  // GPU: compute by device events
+        };
+        for (const GoldenCase* c : timed)
+            for (int i = 0; i < policy.warmup + 1; ++i) ctx.run(c->inputs);  // +1: the first run at a shape plans its arena
         std::vector<double> samples;
         for (int i = 0; i < policy.iterations; ++i) {
-            auto t0 = std::chrono::steady_clock::now();
-            ctx.run(golden.inputs);
-            const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            samples.push_back(ctx.stats().gpu ? ctx.stats().gpu_compute_ms : wall);  // GPU: compute by device events
+            double log_sum = 0;
+            for (const GoldenCase* c : timed) log_sum += std::log(std::max(timeOnce(*c), 1e-9));
+            samples.push_back(std::exp(log_sum / static_cast<double>(timed.size())));
         }
         return nlohmann::json{{"outcome", "ok"}, {"samples_ms", samples}}.dump();
     } catch (const std::exception& e) {
@@ -73,7 +89,7 @@ std::string timeEngine(const Engine& engine, const Golden& golden, const Measure
 std::string evaluateInChild(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
                             const AccuracyCriterion& accuracy, const MeasurePolicy& policy) {
     Engine engine;
-    std::string failed = buildAndValidate(model, model_hash, route, golden, accuracy, policy.target, &engine);
+    std::string failed = buildAndValidate(model, model_hash, route, golden, accuracy, policy, &engine);
     return failed.empty() ? timeEngine(engine, golden, policy) : failed;
 }
 
@@ -302,7 +318,7 @@ std::vector<PreparedCandidate> prepareCandidates(const Graph& model, const std::
             children.push_back(spawn(
                 [&, i, path] {
                     Engine engine;
-                    std::string failed = buildAndValidate(model, model_hash, routes[i], golden, accuracy, policy.target, &engine);
+                    std::string failed = buildAndValidate(model, model_hash, routes[i], golden, accuracy, policy, &engine);
                     if (!failed.empty()) return failed;
                     writeEngine(engine, path);
                     return nlohmann::json{{"outcome", "ok"}}.dump();  // validated; timing comes later, alone

@@ -15,11 +15,18 @@ enum class Outcome { Ok, BuildError, Crash, Timeout, AccuracyFail };
 std::string outcomeName(Outcome o);
 Outcome parseOutcome(const std::string& name);
 
-// Inputs and the outputs they must produce (from the user, or the f32 reference build).
-struct Golden {
+// Inputs and the outputs they must produce (from the user, or the f32 reference build), at
+// one point of the shape profile.
+struct GoldenCase {
+    std::string label;  // "opt", "min", "max" (the profile point), "" without a profile
     TensorMap inputs;
     std::vector<Tensor> outputs;
-    std::string source;  // where they came from, for the report
+    bool timed = true;  // part of the objective; every case is checked for accuracy
+};
+
+struct Golden {
+    std::vector<GoldenCase> cases;  // cases[0]: the golden data proper (the profile's opt shapes)
+    std::string source;             // where they came from, for the report
 };
 
 // One output's accuracy criterion. Metrics: max-abs and rel-l2 (must be <= value), cosine
@@ -50,6 +57,7 @@ struct MeasurePolicy {
     int iterations = 10;
     double timeout_s = 120;
     std::string target = "cpu";  // where candidates are built and timed (cuda: GPU compute by device events)
+    ShapeProfile profile;        // --minShapes/--optShapes/--maxShapes: every candidate is built for it
 };
 
 // The target's signature, read in a child process for cuda: a parent that starts CUDA

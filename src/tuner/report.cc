@@ -38,11 +38,18 @@ std::string intervalText(double estimate, double low, double high) {
     return s.str();
 }
 
+// Dims as a --*Shapes flag writes them: 1x3x224x224.
+std::string shapeFlag(const Dims& d) {
+    std::string s;
+    for (size_t i = 0; i < d.size(); ++i) s += (i ? "x" : "") + std::to_string(d[i]);
+    return s;
+}
+
 nlohmann::json toJson(const TuneResult& r, const TunerOptions& o, const std::string& rebuild) {
     std::map<std::string, int> outcomes;
     for (const auto& c : r.candidates) ++outcomes[outcomeName(c.outcome)];
     nlohmann::json j = {{"model", o.model_path}, {"expression", r.expression}, {"strategy", r.strategy}, {"golden", r.golden_source},
-                        {"tolerance", o.tolerance.text()}, {"outcomes", outcomes},
+                        {"objective", o.objective}, {"tolerance", o.tolerance.text()}, {"outcomes", outcomes},
                         {"candidates_total", r.candidates.size()}, {"from_cache", r.from_cache}, {"budget_exhausted", r.budget_exhausted},
                         {"best_route", r.best_route}, {"best_changes", changes(r.best_route)}, {"best_gain", r.best_gain},
                         {"speedup_over_default", r.speedup}, {"speedup_interval", interval(r.speedup_interval)}, {"significant", r.significant},
@@ -119,7 +126,9 @@ std::string svgPlot(const TuneResult& r) {
 
 std::string tuneReportText(const TuneResult& r, const TunerOptions& o, const std::string& path) {
     std::ostringstream out;
-    const std::string rebuild = "kiln build " + o.model_path + (o.policy.target == "cpu" ? "" : " --target " + o.policy.target) + " -o best.engine --route '" + changes(r.best_route) + "'";
+    std::string rebuild = "kiln build " + o.model_path + (o.policy.target == "cpu" ? "" : " --target " + o.policy.target) + " -o best.engine --route '" + changes(r.best_route) + "'";
+    for (const auto& [name, range] : o.policy.profile)
+        rebuild += " --minShapes " + name + ":" + shapeFlag(range.min) + " --optShapes " + name + ":" + shapeFlag(range.opt) + " --maxShapes " + name + ":" + shapeFlag(range.max);
     const std::string ext = std::filesystem::path(path).extension().string();
     const nlohmann::json j = toJson(r, o, rebuild);
     if (ext == ".json") {

@@ -21,36 +21,101 @@ namespace {
 
 constexpr size_t kExhaustiveLimit = 64;
 
+void checkObjective(const TunerOptions& o) {
+    check(o.objective == "opt" || o.objective == "geomean", "--objective '" + o.objective + "': expected opt or geomean");
+    check(o.objective == "opt" || !o.policy.profile.empty(), "--objective geomean averages over a shape profile; give --minShapes and --maxShapes");
+}
+
+// The shapes of one profile point: --shapes, with each profiled input at that point.
+std::map<std::string, Dims> pointShapes(const TunerOptions& o, const std::string& point) {
+    std::map<std::string, Dims> shapes = o.input_shapes;
+    for (const auto& [name, range] : o.policy.profile) shapes[name] = point == "min" ? range.min : point == "max" ? range.max : range.opt;
+    return shapes;
+}
+
+TensorMap randomInputs(const Graph& model, const std::map<std::string, Dims>& shapes, uint64_t seed, std::string* defaulted) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> real(-1, 1);
+    TensorMap inputs;
+    for (const auto& vi : model.runtimeInputs()) {
+        Tensor t(vi.dtype, randomInputDims(vi, shapes, "--shapes", "--golden data", SymbolicDims::One, defaulted));
+        dispatchDType(vi.dtype, "golden input", [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            for (int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = std::is_integral_v<T> ? static_cast<T>(rng() % 10) : static_cast<T>(real(rng));
+        });
+        inputs[vi.name] = t;
+    }
+    return inputs;
+}
+
+std::string shapesText(const TensorMap& inputs) {
+    std::string s;
+    for (const auto& [name, t] : inputs) s += (s.empty() ? "" : " ") + name + ":" + dimsToString(t.dims());
+    return s;
+}
+
+// The golden cases: the user's files or seeded random inputs at the profile's opt shapes
+// (or without a profile, at --shapes), then random inputs at its min and max shapes where
+// they differ. Outputs the user did not give come from the unoptimized f32 reference.
 Golden loadGolden(const Graph& model, const TunerOptions& o) {
     Golden g;
-    const auto declared = model.runtimeInputs();
+    const bool profiled = !o.policy.profile.empty();
+    const bool every_point = o.objective == "geomean";
+    GoldenCase first;
+    first.label = profiled ? "opt" : "";
+    std::string defaulted;  // inputs whose symbolic dims were set to 1 (as trtexec does without --shapes)
     if (!o.golden_dir.empty()) {
+        const auto declared = model.runtimeInputs();
         auto file = [&](const std::string& stem) {
             fs::path p = fs::path(o.golden_dir) / (stem + ".pb");
             if (!fs::exists(p)) p.replace_extension(".npy");
             check(fs::exists(p), "--golden: " + (fs::path(o.golden_dir) / (stem + ".pb")).string() + " is missing");
             return loadTensorFile(p);
         };
-        for (size_t i = 0; i < declared.size(); ++i) g.inputs[declared[i].name] = file("input_" + std::to_string(i));
-        for (size_t i = 0; i < model.outputs.size(); ++i) g.outputs.push_back(file("output_" + std::to_string(i)));
+        for (size_t i = 0; i < declared.size(); ++i) first.inputs[declared[i].name] = file("input_" + std::to_string(i));
+        for (size_t i = 0; i < model.outputs.size(); ++i) first.outputs.push_back(file("output_" + std::to_string(i)));
+        for (const auto& [name, range] : o.policy.profile) {
+            auto it = first.inputs.find(name);
+            check(it != first.inputs.end(), "--minShapes/--maxShapes name '" + name + "', which is not an input of the model");
+            const Dims& d = it->second.dims();
+            bool inside = d.size() == range.min.size();
+            for (size_t k = 0; inside && k < d.size(); ++k) inside = range.min[k] <= d[k] && d[k] <= range.max[k];
+            check(inside, "--golden: input '" + name + "' has shape " + dimsToString(d) + ", outside the profile " + dimsToString(range.min) + " .. " +
+                              dimsToString(range.max));
+        }
         g.source = "golden data from " + o.golden_dir;
-        return g;
+    } else {
+        first.inputs = randomInputs(model, pointShapes(o, "opt"), o.seed, &defaulted);
+        first.outputs = GraphExecutor(model).run(first.inputs);
+        g.source = "seeded random inputs (seed " + std::to_string(o.seed) + "), golden outputs from the unoptimized f32 reference build";
     }
-    std::mt19937_64 rng(o.seed);
-    std::uniform_real_distribution<double> real(-1, 1);
-    std::string defaulted;  // inputs whose symbolic dims were set to 1 (as trtexec does without --shapes)
-    for (const auto& vi : declared) {
-        Tensor t(vi.dtype, randomInputDims(vi, o.input_shapes, "--shapes", "--golden data", SymbolicDims::One, &defaulted));
-        dispatchDType(vi.dtype, "golden input", [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            for (int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = std::is_integral_v<T> ? static_cast<T>(rng() % 10) : static_cast<T>(real(rng));
-        });
-        g.inputs[vi.name] = t;
+    g.cases.push_back(std::move(first));
+    if (profiled) {
+        uint64_t seed = o.seed;
+        for (const char* point : {"min", "max"}) {
+            GoldenCase c;
+            c.label = point;
+            c.inputs = randomInputs(model, pointShapes(o, point), ++seed, nullptr);
+            c.timed = every_point;
+            const std::string shapes = shapesText(c.inputs);
+            if (std::any_of(g.cases.begin(), g.cases.end(), [&](const GoldenCase& k) { return shapesText(k.inputs) == shapes; })) continue;
+            c.outputs = GraphExecutor(model).run(c.inputs);
+            g.cases.push_back(std::move(c));
+        }
+        g.source += "; checked at the profile's";
+        for (const auto& c : g.cases) g.source += " " + c.label + " (" + shapesText(c.inputs) + ")";
+        g.source += every_point ? "; timed at all of them (geomean)" : "; timed at opt";
     }
-    g.outputs = GraphExecutor(model).run(g.inputs);
-    g.source = "seeded random inputs (seed " + std::to_string(o.seed) + "), golden outputs from the unoptimized f32 reference build";
     if (!defaulted.empty()) g.source += "; symbolic dims set to 1 for " + defaulted + " (give --shapes NAME:DIMS to choose)";
     return g;
+}
+
+// What the measurements depend on besides the model, target and version: the cached
+// results of another objective, other shapes or another tolerance are not reused.
+std::string measurementSetup(const Golden& g, const TunerOptions& o) {
+    std::string s = "objective " + o.objective + "; tolerance " + o.tolerance.text();
+    for (const auto& c : g.cases) s += "; " + (c.label.empty() ? std::string("at") : c.label) + (c.timed ? " (timed) " : " ") + shapesText(c.inputs);
+    return s;
 }
 
 // Without --expr: every value of each parameter that affects the model. Its cross product
@@ -71,7 +136,7 @@ class Search {
 public:
     Search(const TunerOptions& o, TuneResult& result, const Graph& model, std::string model_hash, const Golden& golden)
         : o_(o), result_(result), model_(model), model_hash_(std::move(model_hash)), golden_(golden),
-          cache_(o.cache_path, CacheKey{model_hash_, isolatedTargetSignature(o.policy.target), KILN_VERSION}, o.resume), start_(std::chrono::steady_clock::now()) {
+          cache_(o.cache_path, CacheKey{model_hash_, isolatedTargetSignature(o.policy.target), KILN_VERSION, measurementSetup(golden, o)}, o.resume), start_(std::chrono::steady_clock::now()) {
         result_.warnings = cache_.warnings();
     }
 
@@ -208,6 +273,7 @@ Budget Budget::parse(const std::string& text) {
 }
 
 TunePlan planTune(const TunerOptions& o, const Graph& model) {
+    checkObjective(o);
     TunePlan plan;
     Domain domain;
     double combinations = 1;
@@ -245,6 +311,7 @@ TunePlan planTune(const TunerOptions& o, const Graph& model) {
 }
 
 TuneResult tune(const TunerOptions& o) {
+    checkObjective(o);
     TuneResult result;
     Graph model = importOnnxModel(o.model_path);
     const TunePlan plan = planTune(o, model);

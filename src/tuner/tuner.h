@@ -28,6 +28,10 @@ struct TunerOptions {
     std::optional<Strategy> strategy; // unset: exhaustive when the expression gives <= 64 routes, else mixed
     std::string golden_dir;           // "" = seeded random inputs, outputs of the unoptimized f32 reference
     std::map<std::string, Dims> input_shapes;  // --shapes: concrete shapes for random inputs with symbolic dims
+    // What a candidate's time is, with a shape profile (policy.profile): its time at the opt
+    // shapes ("opt"), or the geometric mean of its times at min, opt and max ("geomean").
+    // Accuracy is checked at all three either way.
+    std::string objective = "opt";
     AccuracyCriterion tolerance;
     MeasurePolicy policy;
     std::string cache_path;

@@ -23,7 +23,8 @@ TuningCache::TuningCache(std::string path, CacheKey key, bool resume) : path_(st
         if (line.empty()) continue;
         try {
             auto j = nlohmann::json::parse(line);
-            if (j.at("model_hash") != key_.model_hash || j.at("target") != key_.target || j.at("kiln_version") != key_.kiln_version) {
+            if (j.at("model_hash") != key_.model_hash || j.at("target") != key_.target || j.at("kiln_version") != key_.kiln_version ||
+                j.value("setup", "") != key_.setup) {
                 ++foreign;
                 continue;
             }
@@ -33,7 +34,7 @@ TuningCache::TuningCache(std::string path, CacheKey key, bool resume) : path_(st
             warnings_.push_back(path_ + ": line " + std::to_string(number) + " is corrupt; skipped");
         }
     }
-    if (foreign) warnings_.push_back(path_ + ": " + std::to_string(foreign) + " entries are for another model, target or Kiln version; ignored");
+    if (foreign) warnings_.push_back(path_ + ": " + std::to_string(foreign) + " entries are for another model, target, Kiln version or measurement setup (objective, shapes, tolerance); ignored");
 }
 
 const CandidateResult* TuningCache::find(const std::string& route_hash) const {
@@ -44,7 +45,7 @@ const CandidateResult* TuningCache::find(const std::string& route_hash) const {
 void TuningCache::append(const CandidateResult& r) {
     entries_[r.route_hash] = r;
     if (path_.empty()) return;
-    appendToFile(path_, candidateToJson(r, {{"model_hash", key_.model_hash}, {"target", key_.target}, {"kiln_version", key_.kiln_version}}) + "\n");
+    appendToFile(path_, candidateToJson(r, {{"model_hash", key_.model_hash}, {"target", key_.target}, {"kiln_version", key_.kiln_version}, {"setup", key_.setup}}) + "\n");
 }
 
 }  // namespace kiln

@@ -1,6 +1,6 @@
 // The tuning cache: an append-only JSON Lines file of measured candidates, keyed by model
-// hash, target signature, Kiln version and route hash. A line from another model, target
-// or version is ignored; a corrupt line is skipped; both with a warning.
+// hash, target signature, Kiln version, measurement setup and route hash. A line from another
+// model, target, version or setup is ignored; a corrupt line is skipped; both with a warning.
 #pragma once
 #include <map>
 #include <string>
@@ -12,6 +12,7 @@ namespace kiln {
 
 struct CacheKey {
     std::string model_hash, target, kiln_version;
+    std::string setup;  // the objective, golden shapes and tolerance (tuner.cc measurementSetup)
 };
 
 class TuningCache {

@@ -123,6 +123,21 @@ TEST(Cli, TuneKilledMidSearchResumesWithoutRepeatingCandidates) {
     EXPECT_EQ(hashes.size(), 6u);
 }
 
+TEST(Cli, TuneOverAShapeProfileWritesAnEngineForTheWholeRange) {
+    TempDir dir;
+    const std::string engine = (dir / "best.kiln").string(), m = kModels + "/mlp/model.onnx";
+    Result r = kilnCli("tune " + m + " --expr 'fusion.gemm_bias_act=[on,off]' --minShapes x:1x64 --optShapes x:4x64 --maxShapes x:32x64 --objective geomean" +
+                       " --iterations 2 --warmup 1 --rounds 1 --json -o " + engine + " 2>/dev/null");
+    ASSERT_EQ(r.rc, 0) << r.out;
+    EXPECT_NE(r.out.find("\"objective\": \"geomean\""), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("max (x:[32,64])"), std::string::npos) << r.out;
+    // The engine runs at both ends of the range, and refuses a batch outside it.
+    EXPECT_EQ(kilnCli("bench " + engine + " --shapes x:32x64 --iterations 2 >/dev/null").rc, 0);
+    EXPECT_EQ(kilnCli("bench " + engine + " --shapes x:1x64 --iterations 2 >/dev/null").rc, 0);
+    EXPECT_NE(kilnCli("bench " + engine + " --shapes x:33x64 --iterations 2").rc, 0);
+    expectOneLineError(kilnCli("tune " + m + " --objective geomean --expr default"), "--minShapes");
+}
+
 TEST(Cli, CalibrateThenBuildInt8) {
     TempDir dir;
     const std::string m = kModels + "/small_cnn", calib = (dir / "calib.json").string(), engine = (dir / "q.kiln").string();
