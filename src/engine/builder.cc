@@ -13,12 +13,19 @@
 #include "backends/cuda/cuda_parameters.h"
 #include "engine/tactic_selection.h"
 #include "passes/pass.h"
+#include "quant/qdq_insertion.h"
 
 namespace kiln {
 
 const ParameterSpec& memoryPlannerParameter() {
     static const ParameterSpec p{"memory.planner", {"none", "greedy", "linear"}, "greedy", "runtime",
                                  "Activation memory plan: a buffer per value, best-fit reuse by size, or first-fit in execution order"};
+    return p;
+}
+
+const ParameterSpec& quantSkipFirstLastParameter() {
+    static const ParameterSpec p{"quant.skip_first_last", {"off", "on"}, "off", "quant",
+                                 "With precision.conv/precision.matmul=int8: keep the first and the last Conv/MatMul/Gemm in f32 (usually the most sensitive)"};
     return p;
 }
 
@@ -33,6 +40,7 @@ const ParameterSpace& Builder::space() {
         std::vector<ParameterSpec> all = passParameters();
         for (const auto& p : tacticParameters()) all.push_back(p);
         for (const auto& p : cuda::cudaParameters()) all.push_back(p);
+        all.push_back(quantSkipFirstLastParameter());
         all.push_back(memoryPlannerParameter());
         all.push_back(debugFaultParameter());
         return ParameterSpace(all);
@@ -59,7 +67,16 @@ void Builder::setShapeProfile(ShapeProfile profile) {
     profile_ = std::move(profile);
 }
 
-Graph Builder::optimize() const { return optimizeGraph(model_, passRoute(route_)); }
+Graph Builder::quantized(const BuildRoute& r) const {
+    const QuantSelection selection{r.get("precision.conv") == "int8", r.get("precision.matmul") == "int8", r.get(quantSkipFirstLastParameter().name) == "on"};
+    if (!selection.conv && !selection.matmul) return model_;
+    check(calibration_ != nullptr, "precision.conv/precision.matmul=int8 needs calibration ranges: give --calib FILE (made by `kiln calibrate MODEL --data DIR`)");
+    check(model_hash_.empty() || calibration_->model_hash == model_hash_,
+          "the calibration ranges were measured on another model (hash " + calibration_->model_hash + ", this model has " + model_hash_ + ")");
+    return insertQdq(model_, *calibration_, selection);
+}
+
+Graph Builder::optimize() const { return optimizeGraph(quantized(route_), passRoute(route_)); }
 
 RouteValues Builder::passRoute(const BuildRoute& r) const {
     RouteValues v = r.values();
@@ -86,6 +103,12 @@ BuildRoute keepNativeCpuPrecisions(const BuildRoute& route, bool native_f16, boo
 void Builder::setBuildRoute(const BuildRoute& route) {
     warnings_.clear();
     route_ = targetKind(target_) == "cpu" ? keepNativeCpuPrecisions(route, cpuHasNativeF16(), cpuHasNativeBf16(), &warnings_) : route;
+    if (targetKind(target_) == "cpu") return;
+    for (const char* p : {"precision.conv", "precision.matmul"})
+        if (route_.get(p) == "int8") {
+            route_.set(p, "f32", space());
+            warnings_.push_back(std::string(p) + "=int8: the " + target_ + " target has no int8 kernels yet; the engine keeps its float precision");
+        }
 }
 
 Engine Builder::build() const {
@@ -186,7 +209,13 @@ std::vector<std::string> Builder::affectingParameters() const {
             if (v == route_.get(p.name)) continue;
             BuildRoute r = route_;
             r.set(p.name, v, space());
-            if (dumpGraph(optimizeGraph(model_, passRoute(r))) != base) {
+            std::string changed;
+            try {
+                changed = dumpGraph(optimizeGraph(quantized(r), passRoute(r)));
+            } catch (const Error&) {
+                continue;  // a value this build cannot take (int8 without calibration ranges)
+            }
+            if (changed != base) {
                 out.push_back(p.name);
                 break;
             }

@@ -1,6 +1,7 @@
 // The Builder: applies a build route to a model and produces an engine.
 #pragma once
 #include <filesystem>
+#include <memory>
 
 #include "engine/engine.h"
 #include "route/build_route.h"
@@ -8,6 +9,7 @@
 namespace kiln {
 
 class TimingCache;
+struct CalibrationTable;
 
 class Builder {
 public:
@@ -23,6 +25,10 @@ public:
     const std::vector<std::string>& warnings() const { return warnings_; }
     const BuildRoute& getBuildRoute() const { return route_; }
     void setShapeProfile(ShapeProfile profile);
+    // Activation ranges for routes with precision.conv or precision.matmul=int8 (CPU): the
+    // model is quantized to its QDQ form (quant/qdq_insertion.h) before the passes. The table
+    // must be for this model (its hash).
+    void setCalibration(std::shared_ptr<const CalibrationTable> table) { calibration_ = std::move(table); }
     // Tactic timings are looked up in / added to this cache (not owned; may be null).
     void setTimingCache(TimingCache* cache) { timing_cache_ = cache; }
 
@@ -37,6 +43,8 @@ public:
 private:
     // The values the passes see: the route plus the target (passes/pass.h kTargetKey).
     RouteValues passRoute(const BuildRoute& r) const;
+    // The model the passes start from under route r: quantized where it asks for int8.
+    Graph quantized(const BuildRoute& r) const;
     std::map<std::string, std::string> selectCudaTactics(const Engine& e) const;
     std::map<std::string, Dims> buildShapes(const Engine& e) const;
     Graph model_;
@@ -45,6 +53,7 @@ private:
     ShapeProfile profile_;
     BuildRoute route_;
     TimingCache* timing_cache_ = nullptr;
+    std::shared_ptr<const CalibrationTable> calibration_;
     std::vector<std::string> warnings_;
 };
 
@@ -53,6 +62,8 @@ private:
 // warning for each: a precision never makes an engine slower without saying so.
 BuildRoute keepNativeCpuPrecisions(const BuildRoute& route, bool native_f16, bool native_bf16, std::vector<std::string>* warnings);
 
+// quant.skip_first_last: with int8 products, the first and the last stay f32.
+const ParameterSpec& quantSkipFirstLastParameter();
 // The memory planner parameter, read by the runtime from the engine's route.
 const ParameterSpec& memoryPlannerParameter();
 // The hidden fault-injection parameter the tuner's isolation tests use.

@@ -48,7 +48,8 @@ void assignPrecision(Graph& g, const RouteValues& route) {
         for (const auto& cls : opClasses())
             for (const auto& op : cls.ops)
                 if (n.op_type == op) precision = routeValue(route, cls.parameter);
-        if (precision == "f32" || n.outputs.empty() || !isF32(g, n.outputs[0])) continue;
+        // int8 is not this pass's: the Builder quantized those products before the passes ran.
+        if (precision == "f32" || precision == "int8" || n.outputs.empty() || !isF32(g, n.outputs[0])) continue;
         const DType to = parseDType(precision);
         bool all_f32 = true;
         for (const auto& in : n.inputs) all_f32 &= in.empty() || isF32(g, in) || constantOf(g, in);
@@ -89,9 +90,15 @@ void assignPrecision(Graph& g, const RouteValues& route) {
 
 Pass precisionAssignmentPass() {
     Pass p{"precision_assignment", {}, assignPrecision};
-    for (const auto& cls : opClasses())
-        p.parameters.push_back({cls.parameter, {"f32", "f16", "bf16"}, "f32", "precision_assignment",
-                                std::string("Compute precision of ") + cls.ops.front() + "-class ops (f16/bf16 inputs, f32 results)"});
+    for (const auto& cls : opClasses()) {
+        // Convs and MatMuls also run int8 on the CPU, from calibration ranges (Builder::setCalibration).
+        const bool integer = std::string(cls.parameter) == "precision.conv" || std::string(cls.parameter) == "precision.matmul";
+        std::vector<std::string> values = {"f32", "f16", "bf16"};
+        if (integer) values.push_back("int8");
+        p.parameters.push_back({cls.parameter, values, "f32", "precision_assignment",
+                                std::string("Compute precision of ") + cls.ops.front() + "-class ops (f16/bf16 inputs, f32 results" +
+                                    (integer ? "; int8: quantized with --calib ranges, CPU" : "") + ")"});
+    }
     return p;
 }
 

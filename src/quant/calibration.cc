@@ -4,14 +4,9 @@
 // swallows a graph output) and the fast kernels compute them.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/builder.h"
-#include "passes/pass.h"
-#include "ir/file_write.h"
 #include "quant/calibration.h"
 #include "runtime/context.h"
 
@@ -20,16 +15,6 @@ namespace kiln {
 namespace {
 
 constexpr int kBins = 2048;
-
-bool constantF32(const Graph& g, const std::string& v, size_t min_rank) {
-    auto it = g.initializers.find(v);
-    return it != g.initializers.end() && it->second.dtype() == DType::F32 && it->second.rank() >= min_rank;
-}
-
-bool knownF32(const Graph& g, const std::string& v) {
-    const ValueInfo* info = g.findValueInfo(v);
-    return info && info->dtype == DType::F32;
-}
 
 // A histogram of values over [lo, hi] in kBins bins.
 struct Histogram {
@@ -96,53 +81,6 @@ double entropyThreshold(const Histogram& h) {
 
 }  // namespace
 
-Graph withConstantsAsInitializers(const Graph& model) {
-    Graph g = model;
-    std::vector<Node> kept;
-    for (auto& n : g.nodes) {
-        if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1 && n.attrs.has("value")) g.initializers[n.outputs[0]] = n.attrs.getTensor("value");
-        else kept.push_back(std::move(n));
-    }
-    g.nodes = std::move(kept);
-    // BatchNorms folded into the convs before them (what ONNX Runtime's quant_pre_process does):
-    // the conv's output is then the value to quantize, not the BatchNorm's input.
-    RouteValues route = BuildRoute::defaults(Builder::space()).values();
-    batchNormFoldingPass().run(g, route);
-    topologicalSort(g);
-    return g;
-}
-
-std::vector<std::string> quantizationPoints(const Graph& model) {
-    const Graph g = withConstantsAsInitializers(model);
-    std::map<std::string, std::vector<int>> readers;
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-        for (const auto& in : g.nodes[i].inputs) readers[in].push_back(static_cast<int>(i));
-    std::vector<std::string> points;
-    auto add = [&](const std::string& v) {
-        if (knownF32(g, v) && std::find(points.begin(), points.end(), v) == points.end()) points.push_back(v);
-    };
-    for (const auto& n : g.nodes) {
-        const bool product = n.domain.empty() && n.inputs.size() >= 2 &&
-                             ((n.op_type == "Conv" && constantF32(g, n.inputs[1], 3)) || (n.op_type == "MatMul" && constantF32(g, n.inputs[1], 2)) ||
-                              (n.op_type == "Gemm" && constantF32(g, n.inputs[1], 2)));
-        if (!product || n.outputs.size() != 1) continue;
-        add(n.inputs[0]);
-        std::string out = n.outputs[0];
-        const auto& r = readers[out];
-        // After a Relu or a Clip from 0 (ReLU6) that reads it alone: the Q then does their clamping.
-        if (r.size() == 1) {
-            const Node& act = g.nodes[static_cast<size_t>(r[0])];
-            double lo = 1;
-            const bool from_zero = act.op_type == "Clip" && (act.attrs.has("min") ? act.attrs.getFloat("min", 1.f) == 0.f
-                                                                                   : act.inputs.size() > 1 && g.initializers.count(act.inputs[1]) &&
-                                                                                         (lo = g.initializers.at(act.inputs[1]).scalarAt(0)) == 0.0);
-            if (act.op_type == "Relu" || from_zero) out = act.outputs[0];
-        }
-        add(out);
-    }
-    return points;
-}
-
 CalibrationTable calibrate(const Graph& g, const std::string& model_hash, const std::vector<TensorMap>& samples, const std::string& method,
                            const std::function<void(size_t, size_t)>& progress) {
     check(!samples.empty(), "calibration needs at least one sample input");
@@ -157,9 +95,9 @@ CalibrationTable calibrate(const Graph& g, const std::string& model_hash, const 
     } else {
         check(method == "minmax" || method == "entropy", "--method " + method + ": expected minmax, entropy or percentile:P (e.g. percentile:99.99)");
     }
-    const std::vector<std::string> points = quantizationPoints(g);
-    check(!points.empty(), "the model has no Conv, MatMul or Gemm with constant f32 weights to quantize");
     Graph probe = withConstantsAsInitializers(g);
+    const std::vector<std::string> points = quantizationPoints(probe);
+    check(!points.empty(), "the model has no Conv, MatMul or Gemm with constant f32 weights to quantize");
     const size_t first = probe.outputs.size();
     for (const auto& p : points) probe.outputs.push_back({p, DType::F32, Shape::unknown()});
     Builder builder(probe, model_hash, "cpu");
@@ -213,26 +151,6 @@ CalibrationTable calibrate(const Graph& g, const std::string& model_hash, const 
         table.ranges[points[k]] = r;
     }
     return table;
-}
-
-CalibrationTable readCalibration(const std::string& path) {
-    std::ifstream in(path);
-    check(in.good(), "--calib: cannot read " + path);
-    nlohmann::json j;
-    try {
-        in >> j;
-        CalibrationTable t{j.at("model_hash").get<std::string>(), j.value("method", ""), j.value("samples", 0), {}};
-        for (const auto& [name, r] : j.at("ranges").items()) t.ranges[name] = TensorRange{r.at(0).get<double>(), r.at(1).get<double>()};
-        return t;
-    } catch (const nlohmann::json::exception& e) {
-        throw Error("--calib " + path + ": not a Kiln calibration file (" + e.what() + ")");
-    }
-}
-
-void writeCalibration(const CalibrationTable& t, const std::string& path) {
-    nlohmann::json j = {{"model_hash", t.model_hash}, {"method", t.method}, {"samples", t.samples}, {"ranges", nlohmann::json::object()}};
-    for (const auto& [name, r] : t.ranges) j["ranges"][name] = {r.min, r.max};
-    writeFileAtomically(path, j.dump(1) + "\n");
 }
 
 }  // namespace kiln

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "quant/calibration.h"
+#include "quant/qdq_insertion.h"
 
 namespace kiln {
 
@@ -53,12 +53,13 @@ bool constantF32(const Graph& g, const std::string& v, size_t rank) {
 
 // Gemm(A, B, C) with constant B (no transA, unit alpha and beta) as MatMul(A, B') + C, the
 // form qdq_fusion folds.
-void gemmsAsMatMuls(Graph& g, const CalibrationTable& table, std::set<std::string>& taken) {
+// `selected` (the products' outputs) gains the MatMul each selected Gemm becomes.
+void gemmsAsMatMuls(Graph& g, const CalibrationTable& table, std::set<std::string>& taken, std::set<std::string>& selected) {
     std::vector<Node> out;
     for (auto& n : g.nodes) {
         const bool plain = n.op_type == "Gemm" && n.domain.empty() && n.inputs.size() >= 2 && constantF32(g, n.inputs[1], 2) &&
                            n.attrs.getInt("transA", 0) == 0 && n.attrs.getFloat("alpha", 1.f) == 1.f && n.attrs.getFloat("beta", 1.f) == 1.f &&
-                           table.ranges.count(n.inputs[0]);
+                           table.ranges.count(n.inputs[0]) && selected.count(n.outputs[0]);
         if (!plain) {
             out.push_back(std::move(n));
             continue;
@@ -72,6 +73,7 @@ void gemmsAsMatMuls(Graph& g, const CalibrationTable& table, std::set<std::strin
         const bool bias = n.hasInput(2);
         const std::string product = bias ? freshIn(g, taken, n.outputs[0] + "_matmul") : n.outputs[0];
         taken.insert(product);
+        selected.insert(product);
         out.push_back(Node{n.name + "_matmul", "MatMul", "", {n.inputs[0], weights}, {product}, {}});
         if (bias) out.push_back(Node{n.name + "_bias", "Add", "", {product, n.inputs[2]}, {n.outputs[0]}, {}});
         if (bias) g.value_info[product] = ValueInfo{product, DType::F32, Shape::unknown()};
@@ -81,20 +83,25 @@ void gemmsAsMatMuls(Graph& g, const CalibrationTable& table, std::set<std::strin
 
 }  // namespace
 
-Graph insertQdq(const Graph& model, const CalibrationTable& table) {
+Graph insertQdq(const Graph& model, const CalibrationTable& table, const QuantSelection& selection) {
     Graph g = withConstantsAsInitializers(model);
-    std::set<std::string> taken;
+    const std::vector<std::string> point_list = quantizationPoints(g, selection);
+    const std::set<std::string> points(point_list.begin(), point_list.end());
+    std::set<std::string> selected, taken;  // the selected products' outputs; value names in use
+    for (size_t i : quantizedProducts(g, selection)) selected.insert(g.nodes[i].outputs[0]);
     for (const auto& n : g.nodes)
         for (const auto& v : n.outputs) taken.insert(v);
     for (const auto& v : g.inputs) taken.insert(v.name);
-    gemmsAsMatMuls(g, table, taken);
+    gemmsAsMatMuls(g, table, taken, selected);
     std::vector<Node> added;
     // Weights: int8 per output channel (a Conv's axis 0, a MatMul's columns), where the
     // product's input is quantized.
     for (auto& n : g.nodes) {
         const bool conv = n.op_type == "Conv" && n.inputs.size() >= 2 && g.initializers.count(n.inputs[1]) && g.initializers.at(n.inputs[1]).rank() >= 3;
         const bool matmul = n.op_type == "MatMul" && n.inputs.size() == 2 && constantF32(g, n.inputs[1], 2);
-        if (!n.domain.empty() || (!conv && !matmul) || !table.ranges.count(n.inputs[0]) || g.initializers.at(n.inputs[1]).dtype() != DType::F32) continue;
+        if (!n.domain.empty() || (!conv && !matmul) || !selected.count(n.outputs[0]) || !table.ranges.count(n.inputs[0]) ||
+            g.initializers.at(n.inputs[1]).dtype() != DType::F32)
+            continue;
         const int64_t axis = conv ? 0 : 1;
         Tensor q, scales;
         quantizeWeights(g.initializers.at(n.inputs[1]), axis, &q, &scales);
@@ -118,7 +125,7 @@ Graph insertQdq(const Graph& model, const CalibrationTable& table) {
         for (const auto& in : n.inputs) read.insert(in);
     for (const auto& o : g.outputs) read.insert(o.name);
     for (const auto& [value, r] : table.ranges) {
-        if (!read.count(value) || !std::isfinite(r.min) || !std::isfinite(r.max)) continue;
+        if (!read.count(value) || !points.count(value) || !std::isfinite(r.min) || !std::isfinite(r.max)) continue;
         const double lo = std::min(r.min, 0.0), hi = std::max(r.max, 0.0);
         const double scale = hi > lo ? (hi - lo) / 255.0 : 1.0;
         const auto zp = static_cast<uint8_t>(std::clamp(std::nearbyint(-lo / scale), 0.0, 255.0));

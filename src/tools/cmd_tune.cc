@@ -47,6 +47,12 @@ void execute(TuneCommand& c) {
     o.budget = Budget::parse(c.budget);
     for (const auto& spec : c.shapes) o.input_shapes.insert(parseNamedShape(spec, "--shapes"));
     o.policy.profile = profileFromFlags(c.min_shapes, c.opt_shapes, c.max_shapes);
+    if (!o.calib_path.empty()) {
+        auto table = std::make_shared<CalibrationTable>(readCalibration(o.calib_path));
+        const std::string hash = modelFileHash(o.model_path);
+        check(table->model_hash == hash, "--calib " + o.calib_path + " was measured on another model (hash " + table->model_hash + ", " + o.model_path + " has " + hash + ")");
+        o.policy.calibration = table;
+    }
     check(o.policy.iterations > 0 && o.policy.warmup >= 0 && o.policy.timeout_s > 0, "--iterations must be positive, --warmup non-negative, --timeout-per-candidate positive");
     if (c.dry_run) {
         const TunePlan plan = planTune(o, importOnnxModel(o.model_path));
@@ -90,6 +96,7 @@ void execute(TuneCommand& c) {
     const std::string best_changes = BuildRoute::parse(r.best_route, Builder::space()).changesText(Builder::space());
     if (!c.output.empty()) {
         Builder b(importOnnxModel(o.model_path), modelFileHash(o.model_path), o.policy.target);
+        b.setCalibration(o.policy.calibration);
         b.setBuildRoute(BuildRoute::parse(r.best_route, Builder::space()));
         if (!o.policy.profile.empty()) b.setShapeProfile(o.policy.profile);
         writeEngine(b.build(), c.output);
@@ -139,6 +146,7 @@ void addTuneCommand(CLI::App& app) {
     cmd->add_option("--maxShapes,--max-shapes", c->max_shapes, "Shape profile maximum, NAME:DIMS");
     cmd->add_option("--objective", o.objective, "With a profile: time at the opt shapes (opt), or the geometric mean of the times at min, opt and max (geomean)")
         ->check(CLI::IsMember({"opt", "geomean"}));
+    cmd->add_option("--calib", o.calib_path, "Calibration file from `kiln calibrate`: lets routes use precision.conv/precision.matmul=int8 (e.g. --expr 'precision.conv=[f32,int8] quant.skip_first_last=*')");
     cmd->add_option("--tolerance", c->tolerance,
                     "Accuracy criterion [OUTPUT:]METRIC=VALUE, repeatable: rel-l2 (default rel-l2=1e-3), max-abs, cosine, top-k=K");
     cmd->add_option("--tuning-cache", o.cache_path, "Append-only cache of measured candidates (JSON Lines)");

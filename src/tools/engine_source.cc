@@ -52,13 +52,17 @@ void addBuildOptions(CLI::App& cmd, BuildOptions& o) {
     cmd.add_option("--optShapes,--opt-shapes", o.opt_shapes, "Shape profile optimum, NAME:DIMS");
     cmd.add_option("--maxShapes,--max-shapes", o.max_shapes, "Shape profile maximum, NAME:DIMS");
     cmd.add_option("--timing-cache", o.timing_cache, "File of tactic timings: reused by later builds instead of re-timing identical nodes");
-    cmd.add_flag("--int8", o.int8, "CPU: quantize convs and matmuls to int8 with the ranges of --calib (QDQ models need no flag: they run int8 as they are)");
-    cmd.add_option("--calib", o.calib, "Calibration file from `kiln calibrate` (with --int8)");
+    cmd.add_flag("--int8", o.int8, "CPU: quantize convs and matmuls to int8 with the ranges of --calib (precision.conv=precision.matmul=int8; QDQ models need no flag: they run int8 as they are)");
+    cmd.add_option("--calib", o.calib, "Calibration file from `kiln calibrate` (with --int8 or a precision.*=int8 route)");
 }
 
 BuildRoute routeFromOptions(const BuildOptions& o) {
     check(!(o.fp16 && o.bf16), "--fp16 and --bf16 exclude each other");
+    check(!o.int8 || o.target == "cpu", "--int8: the cuda target has no int8 kernels yet; build it for --target cpu");
+    check(!o.int8 || (!o.fp16 && !o.bf16), "--int8 excludes --fp16 and --bf16");
     BuildRoute route = BuildRoute::defaults(Builder::space());
+    if (o.int8)
+        for (const char* p : {"precision.conv", "precision.matmul"}) route.set(p, "int8", Builder::space());
     const char* low = o.fp16 ? "f16" : (o.bf16 ? "bf16" : nullptr);
     if (low && o.target == "cuda") route.set("precision.activations", low, Builder::space());
     else if (low)
@@ -71,26 +75,27 @@ BuildRoute routeFromOptions(const BuildOptions& o) {
 
 namespace {
 
-// The model as built: with --int8, its QDQ form from the calibration ranges, which must
-// have been measured on this very model file.
-Graph quantizedIfAsked(Graph graph, const std::string& model, const std::string& hash, const BuildOptions& o) {
-    if (!o.int8) {
-        check(o.calib.empty(), "--calib applies only with --int8");
-        return graph;
+// The calibration ranges of --calib, which must have been measured on this very model file
+// and are used by a route with int8 precisions (--int8 sets them).
+std::shared_ptr<const CalibrationTable> calibrationIfAsked(const BuildRoute& route, const std::string& model, const std::string& hash, const BuildOptions& o) {
+    const bool int8 = route.get("precision.conv") == "int8" || route.get("precision.matmul") == "int8";
+    if (o.calib.empty()) {
+        check(!o.int8, "--int8 needs --calib FILE (make one with `kiln calibrate MODEL --data DIR -o FILE`)");
+        return nullptr;
     }
-    check(!o.calib.empty(), "--int8 needs --calib FILE (make one with `kiln calibrate MODEL --data DIR -o FILE`)");
-    check(o.target == "cpu", "--int8: the cuda target has no int8 kernels yet; build it for --target cpu");
-    check(!o.fp16 && !o.bf16, "--int8 excludes --fp16 and --bf16");
-    const CalibrationTable table = readCalibration(o.calib);
-    check(table.model_hash == hash, "--calib " + o.calib + " was measured on another model (hash " + table.model_hash + ", " + model + " has " + hash + ")");
-    return insertQdq(graph, table);
+    check(int8, "--calib applies only with --int8 or a route with precision.conv/precision.matmul=int8");
+    auto table = std::make_shared<CalibrationTable>(readCalibration(o.calib));
+    check(table->model_hash == hash, "--calib " + o.calib + " was measured on another model (hash " + table->model_hash + ", " + model + " has " + hash + ")");
+    return table;
 }
 
 // `exact`: inputs whose profile is exactly this shape unless a --*Shapes flag names them.
 Engine buildFromGraph(Graph graph, const std::string& model, const BuildOptions& o, const std::map<std::string, Dims>& exact) {
     const std::string hash = modelFileHash(model);
-    Builder builder(quantizedIfAsked(std::move(graph), model, hash, o), hash, o.target);
-    builder.setBuildRoute(routeFromOptions(o));
+    const BuildRoute route = routeFromOptions(o);
+    Builder builder(std::move(graph), hash, o.target);
+    builder.setCalibration(calibrationIfAsked(route, model, hash, o));
+    builder.setBuildRoute(route);
     for (const auto& w : builder.warnings()) std::cerr << "kiln: warning: " << w << "\n";
     ShapeProfile profile = profileFromFlags(o.min_shapes, o.opt_shapes, o.max_shapes);
     for (const auto& [name, dims] : exact)

@@ -24,11 +24,13 @@ namespace {
 const char* kOutcomeNames[] = {"ok", "build_error", "crash", "timeout", "accuracy_fail"};
 
 // In a child: builds the route and checks it against the golden data at each case. Returns
-// "" and sets *engine when it passes, else the JSON result that ends the candidate.
+// "" and sets *engine and *error (the metric of the output nearest its tolerance) when it
+// passes, else the JSON result that ends the candidate.
 std::string buildAndValidate(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
-                             const AccuracyCriterion& accuracy, const MeasurePolicy& policy, Engine* engine) {
+                             const AccuracyCriterion& accuracy, const MeasurePolicy& policy, Engine* engine, double* error) {
     try {
         Builder b(model, model_hash, policy.target);
+        b.setCalibration(policy.calibration);
         b.setBuildRoute(route);
         if (!policy.profile.empty()) b.setShapeProfile(policy.profile);
         *engine = b.build();
@@ -37,6 +39,7 @@ std::string buildAndValidate(const Graph& model, const std::string& model_hash, 
     }
     try {
         ExecutionContext ctx(*engine);
+        double closest = -1;
         for (const GoldenCase& c : golden.cases) {
             const std::string at = c.label.empty() || golden.cases.size() == 1 ? "" : " at the " + c.label + " shapes";
             auto outputs = ctx.run(c.inputs);
@@ -45,6 +48,7 @@ std::string buildAndValidate(const Graph& model, const std::string& model_hash, 
                 const std::string& name = engine->graph.outputs[i].name;
                 const Tolerance& tol = accuracy.forOutput(name);
                 const double v = tol.measure(outputs[i], c.outputs[i], name);
+                if (tol.usedFraction(v) > closest) closest = tol.usedFraction(v), *error = v;  // the passing output nearest its limit
                 if (!tol.passes(v))
                     return nlohmann::json{{"outcome", "accuracy_fail"}, {"error", v},
                                           {"message", "output " + name + at + ": " + tol.metric + " " + std::to_string(v) + " misses the tolerance " + tol.text()}}.dump();
@@ -59,7 +63,7 @@ std::string buildAndValidate(const Graph& model, const std::string& model_hash, 
 // In a child: warm-up and timed runs of a validated engine. With several timed cases (the
 // geomean objective) each iteration runs every case once and its sample is the geometric
 // mean of their times, so the statistics downstream see one number per iteration.
-std::string timeEngine(const Engine& engine, const Golden& golden, const MeasurePolicy& policy) {
+std::string timeEngine(const Engine& engine, const Golden& golden, const MeasurePolicy& policy, double error) {
     try {
         ExecutionContext ctx(engine);
         std::vector<const GoldenCase*> timed;
@@ -80,7 +84,7 @@ std::string timeEngine(const Engine& engine, const Golden& golden, const Measure
             for (const GoldenCase* c : timed) log_sum += std::log(std::max(timeOnce(*c), 1e-9));
             samples.push_back(std::exp(log_sum / static_cast<double>(timed.size())));
         }
-        return nlohmann::json{{"outcome", "ok"}, {"samples_ms", samples}}.dump();
+        return nlohmann::json{{"outcome", "ok"}, {"error", error}, {"samples_ms", samples}}.dump();
     } catch (const std::exception& e) {
         return nlohmann::json{{"outcome", "crash"}, {"message", std::string("run failed: ") + e.what()}}.dump();
     }
@@ -89,8 +93,9 @@ std::string timeEngine(const Engine& engine, const Golden& golden, const Measure
 std::string evaluateInChild(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
                             const AccuracyCriterion& accuracy, const MeasurePolicy& policy) {
     Engine engine;
-    std::string failed = buildAndValidate(model, model_hash, route, golden, accuracy, policy, &engine);
-    return failed.empty() ? timeEngine(engine, golden, policy) : failed;
+    double error = 0;
+    std::string failed = buildAndValidate(model, model_hash, route, golden, accuracy, policy, &engine, &error);
+    return failed.empty() ? timeEngine(engine, golden, policy, error) : failed;
 }
 
 // A forked child whose result arrives as text on a pipe.
@@ -225,6 +230,12 @@ bool Tolerance::passes(double v) const {
     return v <= value;
 }
 
+double Tolerance::usedFraction(double v) const {
+    if (metric == "top-k") return 1.0 - v;                      // the fraction of rows that disagree
+    if (metric == "cosine") return value < 1 ? (1.0 - v) / (1.0 - value) : (v >= 1 ? 0.0 : INFINITY);
+    return value > 0 ? v / value : (v <= 0 ? 0.0 : INFINITY);
+}
+
 double Tolerance::worstOf(double a, double b) const { return (metric == "cosine" || metric == "top-k") ? std::min(a, b) : std::max(a, b); }
 
 double Tolerance::measure(const Tensor& got, const Tensor& want, const std::string& name) const {
@@ -318,10 +329,11 @@ std::vector<PreparedCandidate> prepareCandidates(const Graph& model, const std::
             children.push_back(spawn(
                 [&, i, path] {
                     Engine engine;
-                    std::string failed = buildAndValidate(model, model_hash, routes[i], golden, accuracy, policy, &engine);
+                    double error = 0;
+                    std::string failed = buildAndValidate(model, model_hash, routes[i], golden, accuracy, policy, &engine, &error);
                     if (!failed.empty()) return failed;
                     writeEngine(engine, path);
-                    return nlohmann::json{{"outcome", "ok"}}.dump();  // validated; timing comes later, alone
+                    return nlohmann::json{{"outcome", "ok"}, {"error", error}}.dump();  // validated; timing comes later, alone
                 },
                 policy.timeout_s));
         }
@@ -334,7 +346,7 @@ std::vector<PreparedCandidate> prepareCandidates(const Graph& model, const std::
 CandidateResult measurePrepared(const PreparedCandidate& p, const Golden& golden, const MeasurePolicy& policy) {
     CandidateResult r = p.result;
     if (r.outcome != Outcome::Ok) return r;
-    std::vector<Child> child = {spawn([&] { return timeEngine(readEngine(p.engine_path), golden, policy); }, policy.timeout_s)};
+    std::vector<Child> child = {spawn([&] { return timeEngine(readEngine(p.engine_path), golden, policy, r.error); }, policy.timeout_s)};
     std::vector<CandidateResult> result = {r};
     collect(child, result, policy.timeout_s);
     std::error_code ec;

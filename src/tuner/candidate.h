@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/builder.h"
+#include "quant/qdq_insertion.h"
 #include "runtime/executor.h"
 #include "tuner/statistics.h"
 
@@ -38,6 +39,8 @@ struct Tolerance {
     // "rel-l2=1e-3"; with "OUTPUT:" in front it applies to that output only (*output is set).
     static Tolerance parse(const std::string& text, std::string* output = nullptr);
     bool passes(double measured) const;
+    // How much of the tolerance a measured value uses (1 at the limit, above 1 past it).
+    double usedFraction(double measured) const;
     double worstOf(double a, double b) const;
     double measure(const Tensor& got, const Tensor& want, const std::string& name) const;
     std::string text() const;
@@ -58,6 +61,7 @@ struct MeasurePolicy {
     double timeout_s = 120;
     std::string target = "cpu";  // where candidates are built and timed (cuda: GPU compute by device events)
     ShapeProfile profile;        // --minShapes/--optShapes/--maxShapes: every candidate is built for it
+    std::shared_ptr<const CalibrationTable> calibration;  // --calib: ranges for int8 routes
 };
 
 // The target's signature, read in a child process for cuda: a parent that starts CUDA
@@ -69,7 +73,7 @@ struct CandidateResult {
     std::string route_hash;
     Outcome outcome = Outcome::Crash;
     std::string message;     // error text, or the measured error for accuracy_fail
-    double error = 0;        // worst output's metric value
+    double error = 0;        // the metric value of the worst output (failed), or of the one nearest its tolerance (passed)
     std::vector<double> samples_ms;
     double median_ms = 0;
     double spread = 0;       // (p90 - p10) / median of the samples

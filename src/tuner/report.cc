@@ -127,6 +127,7 @@ std::string svgPlot(const TuneResult& r) {
 std::string tuneReportText(const TuneResult& r, const TunerOptions& o, const std::string& path) {
     std::ostringstream out;
     std::string rebuild = "kiln build " + o.model_path + (o.policy.target == "cpu" ? "" : " --target " + o.policy.target) + " -o best.engine --route '" + changes(r.best_route) + "'";
+    if (!o.calib_path.empty()) rebuild += " --calib " + o.calib_path;
     for (const auto& [name, range] : o.policy.profile)
         rebuild += " --minShapes " + name + ":" + shapeFlag(range.min) + " --optShapes " + name + ":" + shapeFlag(range.opt) + " --maxShapes " + name + ":" + shapeFlag(range.max);
     const std::string ext = std::filesystem::path(path).extension().string();

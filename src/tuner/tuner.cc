@@ -114,18 +114,29 @@ Golden loadGolden(const Graph& model, const TunerOptions& o) {
 // results of another objective, other shapes or another tolerance are not reused.
 std::string measurementSetup(const Golden& g, const TunerOptions& o) {
     std::string s = "objective " + o.objective + "; tolerance " + o.tolerance.text();
+    if (const auto& c = o.policy.calibration) s += "; calibration " + c->method + " over " + std::to_string(c->samples) + " samples, " + std::to_string(c->ranges.size()) + " ranges";
     for (const auto& c : g.cases) s += "; " + (c.label.empty() ? std::string("at") : c.label) + (c.timed ? " (timed) " : " ") + shapesText(c.inputs);
     return s;
 }
 
 // Without --expr: every value of each parameter that affects the model. Its cross product
 // is usually far too large to list, so it is searched as a domain (mixed by default).
-Domain defaultDomain(const Graph& model, const std::string& target, std::string* expression) {
-    Builder b(model, "", target);
+Domain defaultDomain(const Graph& model, const TunerOptions& o, std::string* expression) {
+    Builder b(model, o.policy.calibration ? o.policy.calibration->model_hash : "", o.policy.target);
+    b.setCalibration(o.policy.calibration);
     Domain d;
     for (const auto& name : b.affectingParameters()) {
-        d.emplace_back(name, Builder::space().get(name).values);
-        *expression += (expression->empty() ? "" : " ") + name + "=*";
+        const std::vector<std::string>& all = Builder::space().get(name).values;
+        std::vector<std::string> values = all;
+        if (!o.policy.calibration) values.erase(std::remove(values.begin(), values.end(), "int8"), values.end());  // needs --calib
+        std::string term = name + "=*";
+        if (values.size() != all.size()) {
+            term = name + "=[";
+            for (size_t i = 0; i < values.size(); ++i) term += (i ? "," : "") + values[i];
+            term += "]";
+        }
+        d.emplace_back(name, values);
+        *expression += (expression->empty() ? "" : " ") + term;
     }
     if (expression->empty()) *expression = "default";
     return d;
@@ -279,7 +290,7 @@ TunePlan planTune(const TunerOptions& o, const Graph& model) {
     double combinations = 1;
     std::vector<BuildRoute> routes;
     if (o.expr.empty()) {
-        domain = defaultDomain(model, o.policy.target, &plan.expression);
+        domain = defaultDomain(model, o, &plan.expression);
         for (const auto& [name, values] : domain) combinations *= static_cast<double>(values.size());
         if (combinations <= kExhaustiveLimit) routes = expandRouteExpression(plan.expression, Builder::space(), o.seed).routes;
     } else {

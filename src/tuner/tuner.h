@@ -32,6 +32,7 @@ struct TunerOptions {
     // shapes ("opt"), or the geometric mean of its times at min, opt and max ("geomean").
     // Accuracy is checked at all three either way.
     std::string objective = "opt";
+    std::string calib_path;           // --calib (loaded into policy.calibration), for the report's rebuild command
     AccuracyCriterion tolerance;
     MeasurePolicy policy;
     std::string cache_path;

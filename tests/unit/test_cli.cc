@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -154,4 +155,31 @@ TEST(Cli, CalibrateThenBuildInt8) {
     expectOneLineError(kilnCli("build " + kModels + "/mlp/model.onnx --int8 --calib " + calib + " -o " + engine), "measured on another model");
     expectOneLineError(kilnCli("calibrate " + m + "/model.onnx --data " + m + "/test_data_set_0 --method median -o " + calib), "--method median");
     expectOneLineError(kilnCli("calibrate " + m + "/model.onnx --data " + dir.path().string() + " -o " + calib), "has no sample folders");
+    expectOneLineError(kilnCli("build " + m + "/model.onnx --calib " + calib + " -o " + engine), "--calib applies only");
+    expectOneLineError(kilnCli("build " + m + "/model.onnx --route precision.conv=int8 -o " + engine), "needs calibration ranges");
+}
+
+TEST(Cli, TuneWeighsInt8AgainstF32UnderTheTolerance) {
+    TempDir dir;
+    const std::string m = kModels + "/small_cnn", calib = (dir / "calib.json").string(), report = (dir / "r.json").string();
+    ASSERT_EQ(kilnCli("calibrate " + m + "/model.onnx --data " + m + "/test_data_set_0 -o " + calib).rc, 0);
+    const std::string tune = "tune " + m + "/model.onnx --golden " + m + "/test_data_set_0 --calib " + calib +
+                             " --expr 'precision.conv=[f32,int8] quant.skip_first_last=[off,on]' --iterations 3 --warmup 1 --rounds 1 --json --report " + report;
+    // Loose: every candidate passes, and each int8 one reports the error it has.
+    Result loose = kilnCli(tune + " --tolerance rel-l2=0.5 2>/dev/null");
+    ASSERT_EQ(loose.rc, 0) << loose.out;
+    EXPECT_NE(loose.out.find("\"ok\": 4"), std::string::npos) << loose.out;
+    const std::string text = readFile(report);
+    EXPECT_NE(text.find("--calib " + calib), std::string::npos);  // in the rebuild command
+    const auto j = nlohmann::json::parse(text);
+    for (const auto& c : j.at("candidates")) {
+        const bool int8 = c.at("changes").get<std::string>().find("precision.conv=int8") != std::string::npos;
+        if (int8) EXPECT_GT(c.at("error").get<double>(), 1e-6) << c.dump();
+        else EXPECT_LT(c.at("error").get<double>(), 1e-5) << c.dump();
+    }
+    // Tight: the int8 routes fail the gate and the float default stays.
+    Result tight = kilnCli(tune + " --tolerance rel-l2=1e-5 2>/dev/null");
+    ASSERT_EQ(tight.rc, 0) << tight.out;
+    EXPECT_NE(tight.out.find("\"accuracy_fail\": 2"), std::string::npos) << tight.out;
+    EXPECT_NE(tight.out.find("\"best_changes\": \"default\""), std::string::npos) << tight.out;
 }

@@ -53,7 +53,7 @@ TEST(Expression, CrossProductsGlobsAndUnions) {
     auto r = expandRouteExpression("fusion.gelu=[on,off] precision.matmul=[f32,f16,bf16]", space());
     EXPECT_EQ(r.routes.size(), 6u);
     auto all = expandRouteExpression("precision.*=*", space());
-    EXPECT_EQ(all.routes.size(), 1944u);  // 3^5 op classes x 4 activation types x 2 tf32
+    EXPECT_EQ(all.routes.size(), 3456u);  // 4^2 (conv, matmul: f32, f16, bf16, int8) x 3^3 other op classes x 4 activation types x 2 tf32
     auto u = expandRouteExpression("default | fusion.gelu=off | fusion.gelu=on", space());
     EXPECT_EQ(u.generated, 3u);
     EXPECT_EQ(u.routes.size(), 2u);  // fusion.gelu=on is the default: deduplicated

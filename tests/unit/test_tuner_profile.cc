@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "test_helpers.h"
 #include "tuner/tuner.h"
@@ -13,67 +14,64 @@ using namespace kiln::testing;
 
 namespace {
 
-// The bundled MLP (input x: batch x 64) with random golden data over a batch range.
-TunerOptions profiled(const std::string& expr, int64_t min_rows, int64_t opt_rows, int64_t max_rows, const std::string& cache = "") {
-    TunerOptions o = options(expr, cache);
-    o.golden_dir.clear();
-    o.policy.profile["x"] = ShapeRange{{min_rows, 64}, {opt_rows, 64}, {max_rows, 64}};
-    return o;
-}
-
-std::string outcomeOf(const TuneResult& r, const std::string& fault) {
-    for (const auto& c : r.candidates)
-        if (BuildRoute::parse(c.route, Builder::space()).get("debug.fault") == fault) return outcomeName(c.outcome) + ": " + c.message;
-    return "missing";
+// These run `kiln tune` in a fresh process: the candidates time batches large enough for
+// OpenMP regions, and libgomp cannot run one in a child forked from a process (this test
+// binary) whose own OpenMP pool already exists. The tuner's parent never starts one.
+nlohmann::json tuneJson(const std::string& args, const std::string& report) {
+    std::string out;
+    const int rc = runCommand(std::string(KILN_BIN) + " tune " + KILN_SOURCE_DIR + "/models/mlp/model.onnx --iterations 3 --warmup 1 --rounds 1 --report " + report +
+                                  " " + args + " --json 2>/dev/null",
+                              &out);
+    EXPECT_EQ(rc, 0) << out;
+    return nlohmann::json::parse(readFile(report));
 }
 
 }  // namespace
 
 TEST(TunerProfile, CandidatesAreCheckedAtTheProfilesMaxShapes) {
     // The fault is wrong only past 16 rows: at opt (4) it passes, at max (32) it must not.
-    TuneResult r = tune(profiled("debug.fault=[none,wrong_past_16_rows]", 1, 4, 32));
+    TempDir dir;
+    const std::string faults = "--expr 'debug.fault=[none,wrong_past_16_rows]' ";
+    auto outcomeOf = [](const nlohmann::json& report, const std::string& fault) {
+        for (const auto& c : report.at("candidates"))
+            if ((c.at("changes").get<std::string>().find("wrong_past_16_rows") != std::string::npos) == (fault != "none"))
+                return c.at("outcome").get<std::string>() + ": " + c.at("message").get<std::string>();
+        return std::string("missing");
+    };
+    const auto r = tuneJson(faults + "--minShapes x:1x64 --optShapes x:4x64 --maxShapes x:32x64", (dir / "p.json").string());
     EXPECT_EQ(outcomeOf(r, "none").substr(0, 2), "ok");
     const std::string wrong = outcomeOf(r, "wrong_past_16_rows");
     EXPECT_EQ(wrong.rfind("accuracy_fail", 0), 0u) << wrong;
     EXPECT_NE(wrong.find("at the max shapes"), std::string::npos) << wrong;
-    EXPECT_NE(r.golden_source.find("max (x:[32,64])"), std::string::npos) << r.golden_source;
+    EXPECT_NE(r.at("golden").get<std::string>().find("max (x:[32,64])"), std::string::npos) << r.at("golden");
     // Without the profile, at 4 rows only, the same fault goes unseen.
-    TunerOptions fixed = options("debug.fault=[none,wrong_past_16_rows]", "");
-    fixed.golden_dir.clear();
-    fixed.input_shapes["x"] = {4, 64};
-    EXPECT_EQ(outcomeOf(tune(fixed), "wrong_past_16_rows").substr(0, 2), "ok");
+    EXPECT_EQ(outcomeOf(tuneJson(faults + "--shapes x:4x64", (dir / "f.json").string()), "wrong_past_16_rows").substr(0, 2), "ok");
 }
 
 TEST(TunerProfile, GeomeanObjectiveTimesEveryPoint) {
     // One row against 2048: the geomean of both is far above the one-row time alone.
-    TunerOptions opt = profiled("default", 1, 1, 2048);
-    TunerOptions geo = opt;
-    geo.objective = "geomean";
-    const TuneResult at_opt = tune(opt), over_all = tune(geo);
-    ASSERT_EQ(at_opt.candidates.size(), 1u);
-    ASSERT_EQ(over_all.candidates.size(), 1u);
-    EXPECT_NE(over_all.golden_source.find("geomean"), std::string::npos);
-    EXPECT_GT(over_all.candidates[0].median_ms, 3 * at_opt.candidates[0].median_ms);
+    TempDir dir;
+    const std::string profile = "--expr default --minShapes x:1x64 --maxShapes x:2048x64 --objective ";
+    const auto at_opt = tuneJson(profile + "opt", (dir / "opt.json").string()), over_all = tuneJson(profile + "geomean", (dir / "geo.json").string());
+    ASSERT_EQ(at_opt.at("candidates").size(), 1u);
+    ASSERT_EQ(over_all.at("candidates").size(), 1u);
+    EXPECT_NE(over_all.at("golden").get<std::string>().find("geomean"), std::string::npos);
+    EXPECT_EQ(over_all.at("objective"), "geomean");
+    EXPECT_GT(over_all.at("candidates")[0].at("median_ms").get<double>(), 3 * at_opt.at("candidates")[0].at("median_ms").get<double>());
 }
 
 TEST(TunerProfile, CachedResultsOfAnotherObjectiveOrShapeAreNotReused) {
     TempDir dir;
-    const std::string cache = (dir / "cache.jsonl").string();
-    TunerOptions o = profiled("fusion.gemm_bias_act=[on,off]", 1, 4, 32, cache);
-    o.objective = "geomean";
-    tune(o);
-    o.resume = true;
-    EXPECT_EQ(tune(o).from_cache, 2u);  // the same setup: both candidates come from the cache
-    TunerOptions other = o;
-    other.objective = "opt";
-    const TuneResult r = tune(other);
-    EXPECT_EQ(r.from_cache, 0u);
+    const std::string cache = (dir / "cache.jsonl").string(), report = (dir / "r.json").string();
+    const std::string search = "--expr 'fusion.gemm_bias_act=[on,off]' --minShapes x:1x64 --optShapes x:4x64 --tuning-cache " + cache;
+    tuneJson(search + " --maxShapes x:32x64 --objective geomean", report);
+    EXPECT_EQ(tuneJson(search + " --maxShapes x:32x64 --objective geomean --continue", report).at("from_cache"), 2);  // the same setup
+    const auto other = tuneJson(search + " --maxShapes x:32x64 --objective opt --continue", report);
+    EXPECT_EQ(other.at("from_cache"), 0);
     bool warned = false;
-    for (const auto& w : r.warnings) warned |= w.find("measurement setup") != std::string::npos;
-    EXPECT_TRUE(warned);
-    other = o;
-    other.policy.profile["x"].max = {64, 64};
-    EXPECT_EQ(tune(other).from_cache, 0u);
+    for (const auto& w : other.at("warnings")) warned |= w.get<std::string>().find("measurement setup") != std::string::npos;
+    EXPECT_TRUE(warned) << other.at("warnings").dump();
+    EXPECT_EQ(tuneJson(search + " --maxShapes x:64x64 --objective geomean --continue", report).at("from_cache"), 0);
 }
 
 TEST(TunerProfile, BadProfileOptionsAreClearErrors) {
