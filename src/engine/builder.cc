@@ -67,9 +67,11 @@ void Builder::setShapeProfile(ShapeProfile profile) {
     profile_ = std::move(profile);
 }
 
+bool int8Requested(const BuildRoute& route) { return route.get("precision.conv") == "int8" || route.get("precision.matmul") == "int8"; }
+
 Graph Builder::quantized(const BuildRoute& r) const {
+    if (!int8Requested(r)) return model_;
     const QuantSelection selection{r.get("precision.conv") == "int8", r.get("precision.matmul") == "int8", r.get(quantSkipFirstLastParameter().name) == "on"};
-    if (!selection.conv && !selection.matmul) return model_;
     check(calibration_ != nullptr, "precision.conv/precision.matmul=int8 needs calibration ranges: give --calib FILE (made by `kiln calibrate MODEL --data DIR`)");
     check(model_hash_.empty() || calibration_->model_hash == model_hash_,
           "the calibration ranges were measured on another model (hash " + calibration_->model_hash + ", this model has " + model_hash_ + ")");

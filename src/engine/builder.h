@@ -62,6 +62,8 @@ private:
 // warning for each: a precision never makes an engine slower without saying so.
 BuildRoute keepNativeCpuPrecisions(const BuildRoute& route, bool native_f16, bool native_bf16, std::vector<std::string>* warnings);
 
+// Whether the route asks for int8 products (precision.conv or precision.matmul=int8).
+bool int8Requested(const BuildRoute& route);
 // quant.skip_first_last: with int8 products, the first and the last stay f32.
 const ParameterSpec& quantSkipFirstLastParameter();
 // The memory planner parameter, read by the runtime from the engine's route.

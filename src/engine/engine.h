@@ -14,6 +14,13 @@ constexpr uint32_t kEngineFormatVersion = 1;
 // Allowed input shapes of an engine (trtexec's --minShapes/--optShapes/--maxShapes).
 struct ShapeRange {
     Dims min, opt, max;
+    // Whether `d` has this range's rank and lies within [min, max] in every dim.
+    bool contains(const Dims& d) const {
+        if (d.size() != max.size() || d.size() != min.size()) return false;
+        for (size_t i = 0; i < d.size(); ++i)
+            if (d[i] < min[i] || d[i] > max[i]) return false;
+        return true;
+    }
 };
 using ShapeProfile = std::map<std::string, ShapeRange>;
 

@@ -95,13 +95,11 @@ Graph insertQdq(const Graph& model, const CalibrationTable& table, const QuantSe
     gemmsAsMatMuls(g, table, taken, selected);
     std::vector<Node> added;
     // Weights: int8 per output channel (a Conv's axis 0, a MatMul's columns), where the
-    // product's input is quantized.
+    // product's input is quantized. `selected` holds only Convs and MatMuls with constant f32
+    // weights (quantizedProducts), and Gemms, which become MatMuls above or stay float.
     for (auto& n : g.nodes) {
-        const bool conv = n.op_type == "Conv" && n.inputs.size() >= 2 && g.initializers.count(n.inputs[1]) && g.initializers.at(n.inputs[1]).rank() >= 3;
-        const bool matmul = n.op_type == "MatMul" && n.inputs.size() == 2 && constantF32(g, n.inputs[1], 2);
-        if (!n.domain.empty() || (!conv && !matmul) || !selected.count(n.outputs[0]) || !table.ranges.count(n.inputs[0]) ||
-            g.initializers.at(n.inputs[1]).dtype() != DType::F32)
-            continue;
+        const bool conv = n.op_type == "Conv";
+        if ((!conv && n.op_type != "MatMul") || !selected.count(n.outputs[0]) || !table.ranges.count(n.inputs[0])) continue;
         const int64_t axis = conv ? 0 : 1;
         Tensor q, scales;
         quantizeWeights(g.initializers.at(n.inputs[1]), axis, &q, &scales);

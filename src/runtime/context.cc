@@ -120,9 +120,7 @@ std::vector<Tensor> ExecutionContext::run(const TensorMap& inputs) {
         auto it = inputs.find(name);
         if (it == inputs.end()) continue;  // checkInputs reports it
         const Dims& d = it->second.dims();
-        bool inside = d.size() == range.max.size();
-        for (size_t i = 0; inside && i < d.size(); ++i) inside = d[i] >= range.min[i] && d[i] <= range.max[i];
-        check(inside, [&] {
+        check(range.contains(d), [&] {
             return "input '" + name + "' has shape " + dimsToString(d) + ", outside the engine's profile " + dimsToString(range.min) + " .. " +
                    dimsToString(range.max);
         });

@@ -47,12 +47,7 @@ void execute(TuneCommand& c) {
     o.budget = Budget::parse(c.budget);
     for (const auto& spec : c.shapes) o.input_shapes.insert(parseNamedShape(spec, "--shapes"));
     o.policy.profile = profileFromFlags(c.min_shapes, c.opt_shapes, c.max_shapes);
-    if (!o.calib_path.empty()) {
-        auto table = std::make_shared<CalibrationTable>(readCalibration(o.calib_path));
-        const std::string hash = modelFileHash(o.model_path);
-        check(table->model_hash == hash, "--calib " + o.calib_path + " was measured on another model (hash " + table->model_hash + ", " + o.model_path + " has " + hash + ")");
-        o.policy.calibration = table;
-    }
+    if (!o.calib_path.empty()) o.policy.calibration = calibrationFor(o.calib_path, o.model_path, modelFileHash(o.model_path));
     check(o.policy.iterations > 0 && o.policy.warmup >= 0 && o.policy.timeout_s > 0, "--iterations must be positive, --warmup non-negative, --timeout-per-candidate positive");
     if (c.dry_run) {
         const TunePlan plan = planTune(o, importOnnxModel(o.model_path));

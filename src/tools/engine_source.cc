@@ -43,6 +43,12 @@ ShapeProfile profileFromFlags(const std::vector<std::string>& min_shapes, const 
     return profile;
 }
 
+std::shared_ptr<const CalibrationTable> calibrationFor(const std::string& calib, const std::string& model, const std::string& hash) {
+    auto table = std::make_shared<CalibrationTable>(readCalibration(calib));
+    check(table->model_hash == hash, "--calib " + calib + " was measured on another model (hash " + table->model_hash + ", " + model + " has " + hash + ")");
+    return table;
+}
+
 void addBuildOptions(CLI::App& cmd, BuildOptions& o) {
     cmd.add_option("--route", o.route, "Build route: name=value pairs separated by ';' (others keep defaults)");
     cmd.add_option("--target", o.target, "Target: cpu or cuda (an engine file runs on the target it was built for)")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -78,15 +84,13 @@ namespace {
 // The calibration ranges of --calib, which must have been measured on this very model file
 // and are used by a route with int8 precisions (--int8 sets them).
 std::shared_ptr<const CalibrationTable> calibrationIfAsked(const BuildRoute& route, const std::string& model, const std::string& hash, const BuildOptions& o) {
-    const bool int8 = route.get("precision.conv") == "int8" || route.get("precision.matmul") == "int8";
+    const bool int8 = int8Requested(route);
     if (o.calib.empty()) {
         check(!o.int8, "--int8 needs --calib FILE (make one with `kiln calibrate MODEL --data DIR -o FILE`)");
         return nullptr;
     }
     check(int8, "--calib applies only with --int8 or a route with precision.conv/precision.matmul=int8");
-    auto table = std::make_shared<CalibrationTable>(readCalibration(o.calib));
-    check(table->model_hash == hash, "--calib " + o.calib + " was measured on another model (hash " + table->model_hash + ", " + model + " has " + hash + ")");
-    return table;
+    return calibrationFor(o.calib, model, hash);
 }
 
 // `exact`: inputs whose profile is exactly this shape unless a --*Shapes flag names them.

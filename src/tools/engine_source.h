@@ -1,6 +1,7 @@
 // Turning a command's MODEL argument into an engine: an engine file is loaded (and checked
 // against this machine's target), an .onnx file is imported and built with a route.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ Engine engineWithInputs(const std::string& model, const BuildOptions& o, InputOp
 // The shape profile of --minShapes/--optShapes/--maxShapes (each NAME:DIMS; an input needs
 // --maxShapes, and opt defaults to min when only min and max are given).
 ShapeProfile profileFromFlags(const std::vector<std::string>& min_shapes, const std::vector<std::string>& opt_shapes, const std::vector<std::string>& max_shapes);
+// The ranges of a --calib file, refused unless they were measured on the model whose file hash
+// is `hash`.
+std::shared_ptr<const CalibrationTable> calibrationFor(const std::string& calib, const std::string& model, const std::string& hash);
 // Parses "NAME:1x3x224x224".
 std::pair<std::string, Dims> parseNamedShape(const std::string& spec, const std::string& flag);
 

@@ -41,7 +41,10 @@ std::string intervalText(double estimate, double low, double high) {
 // Dims as a --*Shapes flag writes them: 1x3x224x224.
 std::string shapeFlag(const Dims& d) {
     std::string s;
-    for (size_t i = 0; i < d.size(); ++i) s += (i ? "x" : "") + std::to_string(d[i]);
+    for (size_t i = 0; i < d.size(); ++i) {
+        if (i) s += 'x';
+        s += std::to_string(d[i]);
+    }
     return s;
 }
 

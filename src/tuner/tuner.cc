@@ -78,9 +78,7 @@ Golden loadGolden(const Graph& model, const TunerOptions& o) {
             auto it = first.inputs.find(name);
             check(it != first.inputs.end(), "--minShapes/--maxShapes name '" + name + "', which is not an input of the model");
             const Dims& d = it->second.dims();
-            bool inside = d.size() == range.min.size();
-            for (size_t k = 0; inside && k < d.size(); ++k) inside = range.min[k] <= d[k] && d[k] <= range.max[k];
-            check(inside, "--golden: input '" + name + "' has shape " + dimsToString(d) + ", outside the profile " + dimsToString(range.min) + " .. " +
+            check(range.contains(d), "--golden: input '" + name + "' has shape " + dimsToString(d) + ", outside the profile " + dimsToString(range.min) + " .. " +
                               dimsToString(range.max));
         }
         g.source = "golden data from " + o.golden_dir;
