@@ -54,8 +54,8 @@ Graph optimizeIn(const Graph& input, const RouteValues& route, const std::set<st
 
 // Subgraphs (If branches, Loop and Scan bodies) go through the whole pipeline as graphs of
 // their own, after the graph around them, so that their nodes get fast kernels too. On CPU
-// only: a CUDA engine runs control flow on the host's reference kernels, which need the ops
-// as imported.
+// only: a CUDA engine runs its branches as imported, on the device's kernels for ONNX ops
+// (and, for the few it lacks, the host's reference kernels).
 void optimizeSubgraphs(Graph& g, const RouteValues& route) {
     if (passTarget(route) != "cpu") return;
     bool sunk = false;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <random>
 #include <set>
 #include <unordered_map>
@@ -91,11 +92,20 @@ struct CudaExecutor::Impl {
     std::vector<cudaEvent_t> node_events;
     std::map<std::string, double> profile_ms;
 
+    // Per node of one graph (the main graph, or a subgraph by its prefix).
+    struct Frame {
+        const Graph* graph = nullptr;
+        std::vector<std::unique_ptr<NodeState>> states;
+        std::vector<std::string> cpu_reason;  // per node: why it runs on the CPU ("" = GPU)
+    };
+    // Subgraph initializers on the device, by the subgraph's prefix (subgraphPrefix).
+    std::map<std::string, std::unordered_map<std::string, DeviceTensor>> subgraph_weights;
+
     // Everything that depends on the input shapes.
     struct Signature {
         bool recorded = false, capturable = true;
-        std::vector<std::unique_ptr<NodeState>> states;
-        std::vector<std::string> cpu_reason;  // per node: why it runs on the CPU ("" = GPU)
+        Frame main;
+        std::map<std::string, Frame> subgraphs;  // by prefix, made when a branch first runs
         std::unordered_map<std::string, std::pair<size_t, size_t>> slots;  // value -> offset, bytes
         DeviceBuffer arena;
         MemoryPlan plan;
@@ -148,6 +158,7 @@ struct CudaExecutor::Impl {
             for (const auto& in : graph.nodes[i].inputs) last_use[in] = i;
         for (const auto& o : graph.outputs) last_use[o.name] = graph.nodes.size();
         for (const auto& [name, t] : graph.initializers) weights[name] = upload(t, name);
+        uploadSubgraphWeights(graph, "");
         KILN_CUDA_CHECK(cudaStreamSynchronize(res.stream()));
     }
 
@@ -185,6 +196,19 @@ struct CudaExecutor::Impl {
         return d;
     }
 
+    // Initializers of If/Loop/Scan subgraphs, nested ones too, uploaded with the weights (not
+    // when a branch first runs: that may be inside a graph capture).
+    void uploadSubgraphWeights(const Graph& g, const std::string& prefix) {
+        for (const Node& n : g.nodes)
+            for (const auto& attr : subgraphAttributes(n)) {
+                const std::string inner = prefix + subgraphPrefix(n, attr);
+                const auto sub = n.attrs.getGraph(attr);
+                auto& table = subgraph_weights[inner];
+                for (const auto& [name, t] : sub->initializers) table[name] = upload(t, inner + name);
+                uploadSubgraphWeights(*sub, inner);
+            }
+    }
+
     DeviceTensor allocate(RunState& rs, size_t node, const std::string& value, DType dtype, const Dims& dims) {
         DeviceTensor t{dtype, dtype, dims, nullptr, nullptr};
         const size_t bytes = roundUp(t.bytes());
@@ -217,8 +241,7 @@ struct CudaExecutor::Impl {
 
     // Node i's outputs from its reference kernel, inputs taken from their host copies
     // (Shape/Size: the dims alone) or copied from the device.
-    std::vector<Tensor> computeOnHost(size_t i, const std::vector<const DeviceTensor*>& in) {
-        const Node& node = graph.nodes[i];
+    std::vector<Tensor> computeOnHost(const Node& node, int64_t opset, const std::vector<const DeviceTensor*>& in) {
         const bool dims_only = node.op_type == "Shape" || node.op_type == "Size";
         std::vector<Tensor> host(in.size());
         std::vector<const Tensor*> ptrs;
@@ -228,18 +251,19 @@ struct CudaExecutor::Impl {
         }
         KernelFn fn = referenceKernels().find(node.op_type);
         check(fn != nullptr, node.describe() + ": no CUDA or CPU kernel");
-        KernelContext kctx{node, ptrs, graph.opset, nullptr};
+        KernelContext kctx{node, ptrs, opset, nullptr};
         return fn(kctx);
     }
 
     // A node no GPU kernel handles: computed on the host, outputs copied to the device.
-    std::vector<DeviceTensor> runOnCpu(RunState& rs, size_t i, const std::vector<const DeviceTensor*>& in) {
-        const Node& node = graph.nodes[i];
+    // `at`: the main graph's node the memory is planned for; `prefix` names a subgraph's values.
+    std::vector<DeviceTensor> runOnCpu(RunState& rs, size_t at, const std::string& prefix, const Node& node, int64_t opset,
+                                       const std::vector<const DeviceTensor*>& in) {
         rs.sig->capturable = false;
-        std::vector<Tensor> outs = computeOnHost(i, in);
+        std::vector<Tensor> outs = computeOnHost(node, opset, in);
         std::vector<DeviceTensor> result;
         for (size_t k = 0; k < outs.size() && k < node.outputs.size(); ++k) {
-            DeviceTensor d = allocate(rs, i, node.outputs[k], physicalOf(outs[k].dtype()), outs[k].dims());
+            DeviceTensor d = allocate(rs, at, prefix + node.outputs[k], physicalOf(outs[k].dtype()), outs[k].dims());
             d.logical = outs[k].dtype();
             const Tensor physical = toPhysical(outs[k], d.dtype);
             if (physical.byteSize())
@@ -265,9 +289,9 @@ struct CudaExecutor::Impl {
     }
 
     // A host node: its outputs stay on the host until a GPU op reads them (materialize).
-    std::vector<DeviceTensor> runOnHost(size_t i, const std::vector<const DeviceTensor*>& in) {
+    std::vector<DeviceTensor> runOnHost(const Node& node, int64_t opset, const std::vector<const DeviceTensor*>& in) {
         std::vector<DeviceTensor> result;
-        for (Tensor& t : computeOnHost(i, in))
+        for (Tensor& t : computeOnHost(node, opset, in))
             result.push_back(DeviceTensor{physicalOf(t.dtype()), t.dtype(), t.dims(), nullptr, std::make_shared<const Tensor>(t)});
         return result;
     }
@@ -287,6 +311,95 @@ struct CudaExecutor::Impl {
         t.data = u.device.ptr;
     }
 
+    // Enqueues the nodes of `g`, reading and writing `values`. The main graph's nodes plan
+    // memory as themselves; a subgraph's (at: the main graph's node that runs it) plan theirs
+    // as that node, under names `prefix` makes unique, so they live while it runs.
+    void enqueueNodes(RunState& rs, const Graph& g, Frame& frame, const std::string& prefix, std::optional<size_t> at,
+                      std::unordered_map<std::string, DeviceTensor>& values, bool timing) {
+        Signature& sig = *rs.sig;
+        frame.graph = &g;
+        frame.states.resize(g.nodes.size());
+        frame.cpu_reason.resize(g.nodes.size());
+        for (size_t i = 0; i < g.nodes.size(); ++i) {
+            const Node& node = g.nodes[i];
+            const size_t plan_at = at.value_or(i);
+            const std::string name = prefix + node.name;
+            if (timing) KILN_CUDA_CHECK(cudaEventRecord(node_events[i], res.stream()));
+            std::vector<const DeviceTensor*> in;
+            for (const auto& input : node.inputs) {
+                if (input.empty()) {
+                    in.push_back(nullptr);
+                    continue;
+                }
+                auto it = values.find(input);
+                check(it != values.end(), node.describe() + ": input '" + input + "' has no value");
+                in.push_back(&it->second);
+            }
+            std::vector<DeviceTensor> outs;
+            std::vector<int> aliases;
+            bool on_cpu = !frame.cpu_reason[i].empty();
+            if (!on_cpu && isHostNode(node, in)) {
+                outs = runOnHost(node, g.opset, in);
+                if (rs.mode == Mode::Record) chosen[name] = "host";
+            } else if (!on_cpu) {
+                auto op = cudaOps().find(node.op_type);
+                if (op == cudaOps().end()) {
+                    frame.cpu_reason[i] = "no CUDA kernel for " + node.op_type;
+                    on_cpu = true;
+                } else {
+                    auto t = options.tactics.find(name);
+                    OpContext ctx{node, g.opset, in, res, options.route, storage, tf32, t == options.tactics.end() ? "" : t->second,
+                                  options.calibrate && rs.mode == Mode::Record, "", &frame.states[i],
+                                  [&](size_t k, DType dt, const Dims& d) { return allocate(rs, plan_at, prefix + node.outputs.at(k), dt, d); }, {},
+                                  [&](size_t k) { materialize(sig, prefix + node.inputs[k], values.at(node.inputs[k])); }, &sig.capturable,
+                                  [&](const std::string& attribute, std::unordered_map<std::string, DeviceTensor> scope) {
+                                      return runSubgraph(rs, node, prefix + subgraphPrefix(node, attribute), attribute, plan_at, std::move(scope));
+                                  }};
+                    const size_t recorded_before = rs.recorded.size();
+                    try {
+                        outs = op->second(ctx);
+                        aliases = ctx.aliases;
+                        if (!ctx.chosen_tactic.empty()) chosen[name] = ctx.chosen_tactic;
+                    } catch (const Unsupported& u) {
+                        frame.cpu_reason[i] = u.why;
+                        on_cpu = true;
+                        rs.recorded.resize(recorded_before);
+                    }
+                }
+            }
+            if (on_cpu) {
+                if (rs.mode == Mode::Record) chosen[name] = "cpu";
+                outs = runOnCpu(rs, plan_at, prefix, node, g.opset, in);
+            }
+            for (size_t k = 0; k < node.outputs.size() && k < outs.size(); ++k) {
+                if (node.outputs[k].empty()) continue;
+                if (k < aliases.size() && aliases[k] >= 0) {
+                    const std::string src = prefix + node.inputs[aliases[k]];
+                    auto r = rs.root.find(src);
+                    rs.root[prefix + node.outputs[k]] = r == rs.root.end() ? src : r->second;
+                }
+                values[node.outputs[k]] = outs[k];
+            }
+        }
+    }
+
+    // Runs subgraph `attribute` of `node` on the device: `scope` holds the values it reads
+    // from outside (by their names inside), its initializers are uploaded already. Returns
+    // its outputs, which may view memory that is only planned while the node runs.
+    std::vector<DeviceTensor> runSubgraph(RunState& rs, const Node& node, const std::string& prefix, const std::string& attribute, size_t at,
+                                          std::unordered_map<std::string, DeviceTensor> scope) {
+        const auto g = node.attrs.getGraph(attribute);
+        for (const auto& [name, w] : subgraph_weights.at(prefix)) scope.emplace(name, w);
+        enqueueNodes(rs, *g, rs.sig->subgraphs[prefix], prefix, at, scope, false);
+        std::vector<DeviceTensor> outs;
+        for (const auto& o : g->outputs) {
+            auto it = scope.find(o.name);
+            check(it != scope.end(), node.describe() + " " + attribute + ": output '" + o.name + "' was not computed");
+            outs.push_back(it->second);
+        }
+        return outs;
+    }
+
     // Enqueues the whole graph: input casts, every node, output casts.
     void enqueue(RunState& rs, std::unordered_map<std::string, DeviceTensor>& values) {
         Signature& sig = *rs.sig;
@@ -300,62 +413,7 @@ struct CudaExecutor::Impl {
             }
         }
         const bool timing = profile && rs.mode == Mode::Planned && !capturing();
-        for (size_t i = 0; i < graph.nodes.size(); ++i) {
-            const Node& node = graph.nodes[i];
-            if (timing) KILN_CUDA_CHECK(cudaEventRecord(node_events[i], res.stream()));
-            std::vector<const DeviceTensor*> in;
-            for (const auto& name : node.inputs) {
-                if (name.empty()) {
-                    in.push_back(nullptr);
-                    continue;
-                }
-                auto it = values.find(name);
-                check(it != values.end(), node.describe() + ": input '" + name + "' has no value");
-                in.push_back(&it->second);
-            }
-            std::vector<DeviceTensor> outs;
-            std::vector<int> aliases;
-            bool on_cpu = !sig.cpu_reason[i].empty();
-            if (!on_cpu && isHostNode(node, in)) {
-                outs = runOnHost(i, in);
-                if (rs.mode == Mode::Record) chosen[node.name] = "host";
-            } else if (!on_cpu) {
-                auto op = cudaOps().find(node.op_type);
-                if (op == cudaOps().end()) {
-                    sig.cpu_reason[i] = "no CUDA kernel for " + node.op_type;
-                    on_cpu = true;
-                } else {
-                    auto t = options.tactics.find(node.name);
-                    OpContext ctx{node, graph.opset, in, res, options.route, storage, tf32, t == options.tactics.end() ? "" : t->second,
-                                  options.calibrate && rs.mode == Mode::Record, "", &sig.states[i],
-                                  [&](size_t k, DType dt, const Dims& d) { return allocate(rs, i, node.outputs.at(k), dt, d); }, {},
-                                  [&](size_t k) { materialize(sig, node.inputs[k], values.at(node.inputs[k])); }, &sig.capturable};
-                    const size_t recorded_before = rs.recorded.size();
-                    try {
-                        outs = op->second(ctx);
-                        aliases = ctx.aliases;
-                        if (!ctx.chosen_tactic.empty()) chosen[node.name] = ctx.chosen_tactic;
-                    } catch (const Unsupported& u) {
-                        sig.cpu_reason[i] = u.why;
-                        on_cpu = true;
-                        rs.recorded.resize(recorded_before);
-                    }
-                }
-            }
-            if (on_cpu) {
-                if (rs.mode == Mode::Record) chosen[node.name] = "cpu";
-                outs = runOnCpu(rs, i, in);
-            }
-            for (size_t k = 0; k < node.outputs.size() && k < outs.size(); ++k) {
-                if (node.outputs[k].empty()) continue;
-                if (k < aliases.size() && aliases[k] >= 0) {
-                    const std::string& src = node.inputs[aliases[k]];
-                    auto r = rs.root.find(src);
-                    rs.root[node.outputs[k]] = r == rs.root.end() ? src : r->second;
-                }
-                values[node.outputs[k]] = outs[k];
-            }
-        }
+        enqueueNodes(rs, graph, sig.main, "", std::nullopt, values, timing);
         if (timing) {
             KILN_CUDA_CHECK(cudaEventRecord(node_events[graph.nodes.size()], res.stream()));
             KILN_CUDA_CHECK(cudaEventSynchronize(node_events[graph.nodes.size()]));
@@ -424,8 +482,8 @@ struct CudaExecutor::Impl {
         auto& slot = signatures[key];
         if (!slot) {
             slot = std::make_unique<Signature>();
-            slot->states.resize(graph.nodes.size());
-            slot->cpu_reason.resize(graph.nodes.size());
+            slot->main.states.resize(graph.nodes.size());
+            slot->main.cpu_reason.resize(graph.nodes.size());
         }
         Signature& sig = *slot;
         cudaStream_t s = res.stream();
@@ -510,7 +568,10 @@ struct CudaExecutor::Impl {
         stats.scratch_bytes = res.scratchBytes();
         stats.cpu_nodes.clear();
         for (size_t i = 0; i < graph.nodes.size(); ++i)
-            if (!sig.cpu_reason[i].empty()) stats.cpu_nodes.push_back(graph.nodes[i].describe() + ": " + sig.cpu_reason[i]);
+            if (!sig.main.cpu_reason[i].empty()) stats.cpu_nodes.push_back(graph.nodes[i].describe() + ": " + sig.main.cpu_reason[i]);
+        for (const auto& [prefix, frame] : sig.subgraphs)
+            for (size_t i = 0; i < frame.cpu_reason.size(); ++i)
+                if (!frame.cpu_reason[i].empty()) stats.cpu_nodes.push_back(prefix + frame.graph->nodes[i].describe() + ": " + frame.cpu_reason[i]);
         return result;
     }
 

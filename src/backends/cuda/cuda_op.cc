@@ -196,6 +196,7 @@ const std::map<std::string, OpFn>& cudaOps() {
         addReduceResizeOps(m);
         addIndexOps(m);
         addSelectionOps(m);
+        addControlFlowOps(m);
         addRecurrentOps(m);
         return m;
     }();

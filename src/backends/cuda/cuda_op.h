@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/cuda/device_tensor.h"
@@ -80,6 +81,9 @@ struct OpContext {
     // Cleared by ops whose output shapes depend on the data (readBack): the signature then
     // never becomes a CUDA graph.
     bool* capturable = nullptr;
+    // Enqueues subgraph `attribute` of the node (If branches) on the device, `scope` holding
+    // the outer values it reads under their names inside; returns its outputs.
+    std::function<std::vector<DeviceTensor>(const std::string& attribute, std::unordered_map<std::string, DeviceTensor> scope)> run_subgraph;
 
     cudaStream_t stream() const { return res.stream(); }
     size_t numInputs() const { return inputs.size(); }
@@ -116,6 +120,7 @@ void addReduceResizeOps(std::map<std::string, OpFn>& ops);
 void addIndexOps(std::map<std::string, OpFn>& ops);
 void addSelectionOps(std::map<std::string, OpFn>& ops);
 void addRecurrentOps(std::map<std::string, OpFn>& ops);
+void addControlFlowOps(std::map<std::string, OpFn>& ops);
 
 // Helpers shared by the op files.
 Shape6 toShape6(const Dims& dims, const OpContext& ctx);
