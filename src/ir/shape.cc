@@ -58,19 +58,23 @@ Dims stridesOf(const Dims& dims) {
     return s;
 }
 
-Dims broadcastDims(const Dims& a, const Dims& b, const std::string& what) {
+Dims broadcastDims(const Dims& a, const Dims& b, const std::function<std::string()>& what) {
     for (const Dims* d : {&a, &b})
-        for (int64_t v : *d) check(v >= 0, what + ": negative dimension in " + dimsToString(*d));
+        for (int64_t v : *d) check(v >= 0, [&] { return what() + ": negative dimension in " + dimsToString(*d); });
     size_t rank = std::max(a.size(), b.size());
     Dims out(rank);
     for (size_t i = 0; i < rank; ++i) {
         int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
         int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
         if (da != db && da != 1 && db != 1)
-            throw Error(what + ": shapes " + dimsToString(a) + " and " + dimsToString(b) + " cannot be broadcast");
+            throw Error(what() + ": shapes " + dimsToString(a) + " and " + dimsToString(b) + " cannot be broadcast");
         out[i] = da == 1 ? db : da;
     }
     return out;
+}
+
+Dims broadcastDims(const Dims& a, const Dims& b, const std::string& what) {
+    return broadcastDims(a, b, std::function<std::string()>([&] { return what; }));
 }
 
 }  // namespace kiln

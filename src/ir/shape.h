@@ -1,6 +1,7 @@
 // Shapes: static dims for tensors, possibly symbolic dims ("batch") for graph values.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,5 +38,7 @@ std::string dimsToString(const Dims& dims);
 Dims stridesOf(const Dims& dims);
 // Numpy-style broadcast of two shapes; throws Error naming `what` when incompatible.
 Dims broadcastDims(const Dims& a, const Dims& b, const std::string& what);
+// The same with `what` made only on failure (for kernels, on every run).
+Dims broadcastDims(const Dims& a, const Dims& b, const std::function<std::string()>& what);
 
 }  // namespace kiln

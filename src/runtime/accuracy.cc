@@ -5,7 +5,7 @@
 namespace kiln {
 
 ErrorStats compareOutputs(const Tensor& got, const Tensor& want, const std::string& name) {
-    check(got.dtype() == want.dtype() && got.dims() == want.dims(), "output '" + name + "' is " + got.summary() + ", expected " + want.summary());
+    check(got.dtype() == want.dtype() && got.dims() == want.dims(), [&] { return "output '" + name + "' is " + got.summary() + ", expected " + want.summary(); });
     ErrorStats s;
     double diff2 = 0, want2 = 0, got2 = 0, dot = 0;
     for (int64_t i = 0; i < got.numel(); ++i) {
@@ -27,7 +27,7 @@ ErrorStats compareOutputs(const Tensor& got, const Tensor& want, const std::stri
 }
 
 double topKAgreement(const Tensor& got, const Tensor& want, int64_t k, const std::string& name) {
-    check(got.dtype() == want.dtype() && got.dims() == want.dims() && got.rank() >= 1, "output '" + name + "' is " + got.summary() + ", expected " + want.summary());
+    check(got.dtype() == want.dtype() && got.dims() == want.dims() && got.rank() >= 1, [&] { return "output '" + name + "' is " + got.summary() + ", expected " + want.summary(); });
     const int64_t len = got.dims().back();
     const int64_t rows = len ? got.numel() / len : 0;
     if (rows == 0) return 1.0;

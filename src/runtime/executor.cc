@@ -39,11 +39,11 @@ void checkInputs(const Graph& g, const TensorMap& inputs) {
     for (const auto& [name, t] : inputs) {
         bool known = false;
         for (const auto& vi : declared) known |= vi.name == name;
-        check(known, "unknown input '" + name + "' (the model's inputs are: " + [&] {
+        check(known, [&] { return "unknown input '" + name + "' (the model's inputs are: " + [&] {
             std::string s;
             for (const auto& vi : declared) s += (s.empty() ? "" : ", ") + vi.name;
             return s;
-        }() + ")");
+        }() + ")"; });
     }
 }
 

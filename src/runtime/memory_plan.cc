@@ -26,7 +26,7 @@ MemoryPlan planMemory(const std::vector<BufferRequest>& requests, const std::str
         plan.arena_bytes = off;
         return plan;
     }
-    check(strategy == "greedy" || strategy == "linear", "unknown memory planner '" + strategy + "'");
+    check(strategy == "greedy" || strategy == "linear", [&] { return "unknown memory planner '" + strategy + "'"; });
     std::vector<size_t> order(requests.size());
     std::iota(order.begin(), order.end(), 0);
     if (strategy == "greedy")

@@ -12,7 +12,7 @@ namespace {
 
 bool condition(OpContext& ctx) {
     const DeviceTensor& c = *ctx.inputs.at(0);
-    ctx.require(c.numel() == 1, "the condition must hold one element, it has shape " + dimsToString(c.dims));
+    if (c.numel() != 1) ctx.require(false, "the condition must hold one element, it has shape " + dimsToString(c.dims));
     if (c.host) return c.host->scalarAt(0) != 0;
     if (c.dtype != DType::Bool) ctx.unsupported("condition of type " + std::string(dtypeName(c.dtype)));
     bool value = false;
@@ -31,8 +31,8 @@ std::vector<DeviceTensor> ifOp(OpContext& ctx) {
         if (ctx.has(formal + k)) scope[names[k]] = *ctx.inputs[formal + k];
     const char* branch = cond ? "then_branch" : "else_branch";
     std::vector<DeviceTensor> outs = ctx.run_subgraph(branch, std::move(scope));
-    ctx.require(outs.size() == ctx.node.outputs.size(), std::string(branch) + " has " + std::to_string(outs.size()) + " outputs, the node " +
-                                                             std::to_string(ctx.node.outputs.size()));
+    if (outs.size() != ctx.node.outputs.size())
+        ctx.require(false, std::string(branch) + " has " + std::to_string(outs.size()) + " outputs, the node " + std::to_string(ctx.node.outputs.size()));
     // The branch's memory is planned only while the node runs: outputs move to the node's own.
     std::vector<DeviceTensor> result;
     for (size_t k = 0; k < outs.size(); ++k) {

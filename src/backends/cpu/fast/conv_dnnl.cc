@@ -104,7 +104,7 @@ BlockedConv geometry(const KernelContext& ctx) {
         g.plain_src ? Dims{x.rank() ? x.dims()[0] : 0, g.C, -1, -1} : Dims{x.rank() ? x.dims()[0] : 0, channelBlocks(g.C, g.block), -1, -1, g.block};
     bool ok = x.rank() == want.size();
     for (size_t i = 0; ok && i < want.size(); ++i) ok = want[i] < 0 || x.dims()[i] == want[i];
-    ctx.require(ok, "input of " + (g.plain_src ? std::string("NCHW") : layout) + " conv over " + std::to_string(g.C) + " channels has dims " + dimsToString(x.dims()));
+    ctx.require(ok, [&] { return "input of " + (g.plain_src ? std::string("NCHW") : layout) + " conv over " + std::to_string(g.C) + " channels has dims " + dimsToString(x.dims()); });
     g.N = x.dims()[0], g.H = x.dims()[2], g.W = x.dims()[3];
     g.strides = a.getInts("strides", {1, 1});
     g.dilations = a.getInts("dilations", {1, 1});
@@ -112,13 +112,13 @@ BlockedConv geometry(const KernelContext& ctx) {
     ctx.require(g.strides.size() == 2 && g.dilations.size() == 2 && g.pads.size() == 4, "2-D conv needs 2 strides, 2 dilations and 4 pads");
     g.OH = (g.H + g.pads[0] + g.pads[2] - ((g.KH - 1) * g.dilations[0] + 1)) / g.strides[0] + 1;
     g.OW = (g.W + g.pads[1] + g.pads[3] - ((g.KW - 1) * g.dilations[1] + 1)) / g.strides[1] + 1;
-    ctx.require(g.OH > 0 && g.OW > 0, "the conv's output would be empty for input " + dimsToString(x.dims()));
+    ctx.require(g.OH > 0 && g.OW > 0, [&] { return "the conv's output would be empty for input " + dimsToString(x.dims()); });
     g.bias = ctx.hasInput(2);
     g.residual = ctx.hasInput(3);
-    if (g.bias) ctx.require(ctx.input(2).numel() == g.O && ctx.input(2).dtype() == DType::F32, "bias must hold " + std::to_string(g.O) + " f32 values");
+    if (g.bias) ctx.require(ctx.input(2).numel() == g.O && ctx.input(2).dtype() == DType::F32, [&] { return "bias must hold " + std::to_string(g.O) + " f32 values"; });
     if (g.residual)
         ctx.require(ctx.input(3).dims() == Dims{g.N, channelBlocks(g.O, g.block), g.OH, g.OW, g.block} && ctx.input(3).dtype() == DType::F32,
-                    "residual must be the blocked output's shape, got " + dimsToString(ctx.input(3).dims()));
+                    [&] { return "residual must be the blocked output's shape, got " + dimsToString(ctx.input(3).dims()); });
     return g;
 }
 

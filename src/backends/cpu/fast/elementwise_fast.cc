@@ -181,7 +181,7 @@ std::vector<Tensor> fastBinary(const KernelContext& ctx) {
     const Tensor& a = ctx.input(0);
     if (a.dtype() != DType::F32 || ctx.input(1).dtype() != DType::F32) return referenceFallback(ctx);
     const Tensor b = legacyBroadcastOperand(a, ctx.input(1), ctx);
-    const Dims out = broadcastDims(a.dims(), b.dims(), ctx.node.describe());
+    const Dims out = broadcastDims(a.dims(), b.dims(), [&] { return ctx.node.describe(); });
     const BroadcastRuns runs(out, {a.dims(), b.dims()});
     Tensor y = ctx.output(0, DType::F32, out);
     const float *pa = a.data<float>(), *pb = b.data<float>();
@@ -217,7 +217,7 @@ std::vector<Tensor> fastChain(const KernelContext& ctx) {
     for (size_t i = 1; i < ctx.numInputs(); ++i) {
         if (ctx.input(i).dtype() != DType::F32) return referenceFallback(ctx);
         dims.push_back(ctx.input(i).dims());
-        out = broadcastDims(out, ctx.input(i).dims(), ctx.node.describe());
+        out = broadcastDims(out, ctx.input(i).dims(), [&] { return ctx.node.describe(); });
     }
     const BroadcastRuns runs(out, dims);
     struct Step {

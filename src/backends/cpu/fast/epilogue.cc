@@ -1,6 +1,7 @@
 #include "backends/cpu/fast/epilogue.h"
 
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -103,6 +104,37 @@ inline float fastExp(float x) {
     return big != 0.0f ? big : p * scale;
 }
 
+// log as Cephes' logf: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) from a degree-9
+// polynomial in m - 1, the exponent and the split ln2 added back; about 1 ulp, vectorizable
+// (selects, no branches), unlike logf. Denormals are scaled up first; log(0) = -inf,
+// log(inf) = inf, negatives and NaN give NaN, as logf.
+inline float fastLog(float x) {
+    const bool denormal = x < std::numeric_limits<float>::min();
+    const float scaled = denormal ? x * 8388608.0f : x;  // 2^23
+    const int32_t bits = std::bit_cast<int32_t>(scaled);
+    float e = static_cast<float>(((bits >> 23) & 0xff) - 126) - (denormal ? 23.0f : 0.0f);
+    float m = std::bit_cast<float>((bits & 0x007fffff) | 0x3f000000);  // in [0.5, 1)
+    const bool low = m < 0.707106781186547524f;
+    e = low ? e - 1.0f : e;
+    m = low ? m + m - 1.0f : m - 1.0f;
+    const float z = m * m;
+    float p = 7.0376836292e-2f;
+    p = p * m + -1.1514610310e-1f;
+    p = p * m + 1.1676998740e-1f;
+    p = p * m + -1.2420140846e-1f;
+    p = p * m + 1.4249322787e-1f;
+    p = p * m + -1.6668057665e-1f;
+    p = p * m + 2.0000714765e-1f;
+    p = p * m + -2.4999993993e-1f;
+    p = p * m + 3.3333331174e-1f;
+    float y = p * m * z + e * -2.12194440e-4f - 0.5f * z;
+    y = m + y + e * 0.693359375f;
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    y = x == inf ? inf : y;
+    y = x == 0.0f ? -inf : y;
+    return x < 0.0f || x != x ? std::numeric_limits<float>::quiet_NaN() : y;
+}
+
 KILN_CLONES void activateRow(float* y, int64_t n, ActKind kind, float a, float b) {
     switch (kind) {
         case ActKind::Erf:
@@ -138,6 +170,27 @@ KILN_CLONES void activateRow(float* y, int64_t n, ActKind kind, float a, float b
             return;
         case ActKind::LeakyRelu:
             for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= 0.0f ? y[i] : a * y[i];
+            return;
+        case ActKind::HardSigmoid:
+            for (int64_t i = 0; i < n; ++i) {
+                const float t = a * y[i] + b;
+                y[i] = t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t);
+            }
+            return;
+        case ActKind::Log:
+            for (int64_t i = 0; i < n; ++i) y[i] = fastLog(y[i]);
+            return;
+        case ActKind::Sqrt:  // vsqrtps: this file is built without errno for math functions
+            for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(y[i]);
+            return;
+        case ActKind::Neg:
+            for (int64_t i = 0; i < n; ++i) y[i] = -y[i];
+            return;
+        case ActKind::Abs:
+            for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(y[i]);
+            return;
+        case ActKind::Reciprocal:
+            for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / y[i];
             return;
         case ActKind::HardSwish:
             for (int64_t i = 0; i < n; ++i) {

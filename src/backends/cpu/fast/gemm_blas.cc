@@ -63,9 +63,9 @@ std::vector<Tensor> matmulWith(const KernelContext& ctx, SgemmFn sgemm) {
     const int64_t K = trans_a ? a.dims()[a.rank() - 2] : a.dims()[a.rank() - 1];
     const int64_t Kb = trans_b ? b.dims()[1] : b.dims()[b.rank() - 2];
     const int64_t N = trans_b ? b.dims()[0] : b.dims()[b.rank() - 1];
-    ctx.require(K == Kb, "inner dimensions differ: " + a.summary() + " x " + b.summary());
+    ctx.require(K == Kb, [&] { return "inner dimensions differ: " + a.summary() + " x " + b.summary(); });
     const Dims a_batch(a.dims().begin(), a.dims().end() - 2), b_batch(b.dims().begin(), b.dims().end() - 2);
-    const Dims batch = broadcastDims(a_batch, b_batch, n.describe());
+    const Dims batch = broadcastDims(a_batch, b_batch, [&] { return n.describe(); });
     Dims out_dims = batch;
     out_dims.insert(out_dims.end(), {M, N});
     // FusedMatMul's epilogue operands, checked before the GEMM runs: other shapes (a broadcast
@@ -101,7 +101,7 @@ std::vector<Tensor> matmulWith(const KernelContext& ctx, SgemmFn sgemm) {
         if (c.numel() == N && beta == 1.0f && (c.rank() == 1 || c.dims()[0] == 1)) {
             applyEpilogue(po, rows, N, c.data<float>(), false, nullptr, Activation{});
         } else {
-            broadcastDims({M, N}, c.dims(), n.describe());  // C must broadcast to [M, N]
+            broadcastDims({M, N}, c.dims(), [&] { return n.describe(); });  // C must broadcast to [M, N]
             auto off = broadcastOffsets({M, N}, c.dims());
             const float* pc = c.data<float>();
             for (int64_t i = 0; i < M * N; ++i) po[i] += beta * pc[off[i]];

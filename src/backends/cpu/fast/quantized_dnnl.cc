@@ -114,13 +114,13 @@ QuantizedPlan convPlan(const KernelContext& ctx) {
     const Dims& xd = x.dims();
     const int64_t group = a.getInt("group", 1), N = xd[0], C = nhwc ? xd[3] : xd[1], H = nhwc ? xd[1] : xd[2], W = nhwc ? xd[2] : xd[3];
     const int64_t O = w.dims()[0], KH = w.dims()[2], KW = w.dims()[3];
-    ctx.require(C == w.dims()[1] * group && O % group == 0, "input channels " + std::to_string(C) + " do not match weights " + dimsToString(w.dims()));
+    ctx.require(C == w.dims()[1] * group && O % group == 0, [&] { return "input channels " + std::to_string(C) + " do not match weights " + dimsToString(w.dims()); });
     const auto strides = a.getInts("strides", {1, 1}), dilations = a.getInts("dilations", {1, 1});
     const auto pads = a.getString("auto_pad", "NOTSET") == "VALID" ? std::vector<int64_t>{0, 0, 0, 0} : a.getInts("pads", {0, 0, 0, 0});
     ctx.require(strides.size() == 2 && dilations.size() == 2 && pads.size() == 4, "2-D conv needs 2 strides, 2 dilations and 4 pads");
     const int64_t OH = (H + pads[0] + pads[2] - ((KH - 1) * dilations[0] + 1)) / strides[0] + 1;
     const int64_t OW = (W + pads[1] + pads[3] - ((KW - 1) * dilations[1] + 1)) / strides[1] + 1;
-    ctx.require(OH > 0 && OW > 0, "the conv's output would be empty for input " + dimsToString(x.dims()));
+    ctx.require(OH > 0 && OW > 0, [&] { return "the conv's output would be empty for input " + dimsToString(x.dims()); });
     QuantizedPlan p;
     p.x_dims = x.dims(), p.pool_threads = cpuThreads(), p.y_type = ctx.input(7).dtype();
     p.y_dims = nhwc ? Dims{N, OH, OW, O} : Dims{N, O, OH, OW};
@@ -145,7 +145,7 @@ QuantizedPlan convPlan(const KernelContext& ctx) {
 
 QuantizedPlan matmulPlan(const KernelContext& ctx) {
     const Tensor &a = ctx.input(0), &b = ctx.input(3);
-    ctx.require(a.rank() >= 2 && a.dims().back() == b.dims()[0], "A " + dimsToString(a.dims()) + " does not match B " + dimsToString(b.dims()));
+    ctx.require(a.rank() >= 2 && a.dims().back() == b.dims()[0], [&] { return "A " + dimsToString(a.dims()) + " does not match B " + dimsToString(b.dims()); });
     const int64_t K = b.dims()[0], N = b.dims()[1], M = a.numel() / K;  // leading dims of A flattened into rows
     QuantizedPlan p;
     p.x_dims = a.dims(), p.pool_threads = cpuThreads(), p.y_type = ctx.input(7).dtype();

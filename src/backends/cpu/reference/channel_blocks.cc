@@ -31,10 +31,10 @@ struct WeightPacking {
 };
 
 WeightPacking packing(const std::string& layout, const Dims& dims) {
-    check(isPackedConvWeightLayout(layout), "unknown packed conv weight layout '" + layout + "'");
+    check(isPackedConvWeightLayout(layout), [&] { return "unknown packed conv weight layout '" + layout + "'"; });
     check(dims.size() == 4, "packed conv weights need [O, I, KH, KW] dims");
     const PackedConvWeights kind = packedConvWeightKind(layout);
-    check(kind != PackedConvWeights::Goihwg || dims[1] == 1, "depthwise (" + layout + ") weights need one input channel per filter");
+    check(kind != PackedConvWeights::Goihwg || dims[1] == 1, [&] { return "depthwise (" + layout + ") weights need one input channel per filter"; });
     return {kind, packedConvWeightBlock(layout), dims[0], dims[1], dims[2], dims[3]};
 }
 
@@ -112,18 +112,18 @@ void moveChannels(const Tensor& from, Tensor& to, int64_t N, int64_t C, int64_t 
 }  // namespace
 
 Tensor blockChannels(const Tensor& x, int64_t block) {
-    check(x.rank() == 4, "blockChannels: the input must be 4-D NCHW, got " + dimsToString(x.dims()));
-    check(isChannelBlock(block), "blockChannels: blocks of " + std::to_string(block) + " channels (8 or 16 are defined)");
+    check(x.rank() == 4, [&] { return "blockChannels: the input must be 4-D NCHW, got " + dimsToString(x.dims()); });
+    check(isChannelBlock(block), [&] { return "blockChannels: blocks of " + std::to_string(block) + " channels (8 or 16 are defined)"; });
     Tensor y(x.dtype(), {x.dims()[0], channelBlocks(x.dims()[1], block), x.dims()[2], x.dims()[3], block});  // zero-filled: the padded lanes
     moveChannels(x, y, x.dims()[0], x.dims()[1], x.dims()[2] * x.dims()[3], block, true);
     return y;
 }
 
 Tensor unblockChannels(const Tensor& x, int64_t channels) {
-    check(x.rank() == 5 && isChannelBlock(x.dims()[4]), "unblockChannels: the input must be [N, C/b, H, W, b] with b 8 or 16, got " + dimsToString(x.dims()));
+    check(x.rank() == 5 && isChannelBlock(x.dims()[4]), [&] { return "unblockChannels: the input must be [N, C/b, H, W, b] with b 8 or 16, got " + dimsToString(x.dims()); });
     const int64_t b = x.dims()[4];
     check(channels > 0 && channelBlocks(channels, b) == x.dims()[1],
-          "unblockChannels: " + std::to_string(channels) + " channels do not fill " + std::to_string(x.dims()[1]) + " blocks of " + std::to_string(b));
+          [&] { return "unblockChannels: " + std::to_string(channels) + " channels do not fill " + std::to_string(x.dims()[1]) + " blocks of " + std::to_string(b); });
     Tensor y = Tensor::uninitialized(x.dtype(), {x.dims()[0], channels, x.dims()[2], x.dims()[3]});
     moveChannels(x, y, x.dims()[0], channels, x.dims()[2] * x.dims()[3], b, false);
     return y;
@@ -143,8 +143,8 @@ Tensor packConvWeights(const Tensor& weights, const std::string& layout) {
 
 Tensor unpackConvWeights(const Tensor& packed, const std::string& layout, const Dims& dims) {
     const WeightPacking pk = packing(layout, dims);
-    check(packed.dims() == pk.packedDims(), "packed " + layout + " weights have dims " + dimsToString(packed.dims()) + ", expected " +
-                                                dimsToString(pk.packedDims()) + " for " + dimsToString(dims));
+    check(packed.dims() == pk.packedDims(), [&] { return "packed " + layout + " weights have dims " + dimsToString(packed.dims()) + ", expected " +
+                                                dimsToString(pk.packedDims()) + " for " + dimsToString(dims); });
     Tensor weights = Tensor::uninitialized(packed.dtype(), dims);
     const size_t size = dtypeSize(packed.dtype());
     int64_t to = 0;

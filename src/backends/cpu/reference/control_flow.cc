@@ -25,7 +25,7 @@ std::vector<Tensor> runOnReferenceKernels(const Graph& g, const Scope& scope) {
     Scope values = scope;
     for (const Node& node : g.nodes) {
         KernelFn fn = referenceKernels().find(node.op_type);
-        check(fn != nullptr, node.describe() + ": no CPU kernel");
+        check(fn != nullptr, [&] { return node.describe() + ": no CPU kernel"; });
         std::vector<const Tensor*> in;
         for (const auto& name : node.inputs) {
             if (name.empty()) {
@@ -33,7 +33,7 @@ std::vector<Tensor> runOnReferenceKernels(const Graph& g, const Scope& scope) {
                 continue;
             }
             const Tensor* t = lookup(g, values, name);
-            check(t != nullptr, node.describe() + ": input '" + name + "' has no value");
+            check(t != nullptr, [&] { return node.describe() + ": input '" + name + "' has no value"; });
             in.push_back(t);
         }
         std::vector<Tensor> outs = fn(KernelContext{node, in, g.opset, runOnReferenceKernels});
@@ -43,7 +43,7 @@ std::vector<Tensor> runOnReferenceKernels(const Graph& g, const Scope& scope) {
     std::vector<Tensor> result;
     for (const auto& o : g.outputs) {
         const Tensor* t = lookup(g, values, o.name);
-        check(t != nullptr, "subgraph '" + g.name + "': output '" + o.name + "' was not computed");
+        check(t != nullptr, [&] { return "subgraph '" + g.name + "': output '" + o.name + "' was not computed"; });
         result.push_back(*t);
     }
     return result;
@@ -60,7 +60,7 @@ Scope capturedScope(const KernelContext& ctx) {
 
 std::vector<Tensor> runBody(const KernelContext& ctx, const Graph& g, const Scope& scope) {
     std::vector<Tensor> outs = ctx.run_subgraph ? ctx.run_subgraph(g, scope) : runOnReferenceKernels(g, scope);
-    ctx.require(outs.size() == g.outputs.size(), "subgraph '" + g.name + "' returned the wrong number of outputs");
+    ctx.require(outs.size() == g.outputs.size(), [&] { return "subgraph '" + g.name + "' returned the wrong number of outputs"; });
     return outs;
 }
 

@@ -29,8 +29,8 @@ std::vector<int64_t> multiIndices(const Dims& dims) {
 }
 
 ConvGeometry convGeometry(const KernelContext& ctx, const Tensor& x, const Tensor& w, bool transpose) {
-    ctx.require(x.rank() >= 3, "input must have rank >= 3 (N, C, spatial...), got " + x.summary());
-    ctx.require(w.rank() == x.rank(), "weight rank " + std::to_string(w.rank()) + " does not match input rank " + std::to_string(x.rank()));
+    ctx.require(x.rank() >= 3, [&] { return "input must have rank >= 3 (N, C, spatial...), got " + x.summary(); });
+    ctx.require(w.rank() == x.rank(), [&] { return "weight rank " + std::to_string(w.rank()) + " does not match input rank " + std::to_string(x.rank()); });
     ConvGeometry g;
     g.spatial = x.rank() - 2;
     g.kernel = ctx.attrs().getInts("kernel_shape", Dims(w.dims().begin() + 2, w.dims().end()));
@@ -52,12 +52,12 @@ std::vector<Tensor> convKernel(const KernelContext& ctx) {
     const int64_t group = ctx.attrs().getInt("group", 1);
     const int64_t N = x.dims()[0], C = x.dims()[1], M = w.dims()[0];
     ctx.require(group > 0 && C % group == 0 && M % group == 0 && w.dims()[1] * group == C,
-                "channels " + std::to_string(C) + " do not match weight " + w.summary() + " with group " + std::to_string(group));
+                [&] { return "channels " + std::to_string(C) + " do not match weight " + w.summary() + " with group " + std::to_string(group); });
     Dims out_spatial(g.spatial);
     for (size_t i = 0; i < g.spatial; ++i) {
         int64_t eff = (g.kernel[i] - 1) * g.dilations[i] + 1;
         out_spatial[i] = (x.dims()[2 + i] + g.pads.begin[i] + g.pads.end[i] - eff) / g.strides[i] + 1;
-        ctx.require(out_spatial[i] > 0, "kernel larger than padded input in spatial dim " + std::to_string(i));
+        ctx.require(out_spatial[i] > 0, [&] { return "kernel larger than padded input in spatial dim " + std::to_string(i); });
     }
     Dims out_dims = {N, M};
     out_dims.insert(out_dims.end(), out_spatial.begin(), out_spatial.end());
@@ -120,7 +120,7 @@ DeconvGeometry deconvGeometry(const KernelContext& ctx, const Dims& x_dims, cons
     g.kernel = cg.kernel, g.strides = cg.strides, g.dilations = cg.dilations;
     g.group = ctx.attrs().getInt("group", 1);
     const int64_t C = x.dims()[1];
-    ctx.require(g.group > 0 && w.dims()[0] == C && C % g.group == 0, "weight " + w.summary() + " does not match input channels " + std::to_string(C));
+    ctx.require(g.group > 0 && w.dims()[0] == C && C % g.group == 0, [&] { return "weight " + w.summary() + " does not match input channels " + std::to_string(C); });
     g.M = w.dims()[1] * g.group;
     auto output_padding = ctx.attrs().getInts("output_padding", Dims(S, 0));
     auto output_shape = ctx.attrs().getInts("output_shape", {});

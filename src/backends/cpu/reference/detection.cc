@@ -53,7 +53,7 @@ std::vector<Tensor> nonMaxSuppression(const KernelContext& ctx) {
     const bool has_score_threshold = ctx.hasInput(4) && ctx.input(4).numel() > 0;
     const float score_threshold = static_cast<float>(scalar(4, 0));
     const int64_t center = ctx.attrs().getInt("center_point_box", 0);
-    ctx.require(center == 0 || center == 1, "center_point_box must be 0 or 1, got " + std::to_string(center));
+    ctx.require(center == 0 || center == 1, [&] { return "center_point_box must be 0 or 1, got " + std::to_string(center); });
     const int64_t batches = boxes.dims()[0], spatial = boxes.dims()[1], classes = scores.dims()[1];
     std::vector<int64_t> selected;  // triples
     std::vector<int64_t> order;

@@ -28,7 +28,7 @@ std::vector<Tensor> einsum(const KernelContext& ctx) {
     const std::string eq = stripSpaces(ctx.attrs().getString("equation", ""));
     const auto arrow = eq.find("->");
     std::vector<std::string> terms = splitTerms(eq.substr(0, arrow));
-    ctx.require(terms.size() == ctx.numInputs(), "equation has " + std::to_string(terms.size()) + " operands but the node has " + std::to_string(ctx.numInputs()) + " inputs");
+    ctx.require(terms.size() == ctx.numInputs(), [&] { return "equation has " + std::to_string(terms.size()) + " operands but the node has " + std::to_string(ctx.numInputs()) + " inputs"; });
     // Expand "..." into digit labels, right-aligned across operands.
     size_t ellipsis_rank = 0;
     for (size_t i = 0; i < terms.size(); ++i) {
@@ -47,13 +47,13 @@ std::vector<Tensor> einsum(const KernelContext& ctx) {
     std::map<char, int> count;
     for (size_t i = 0; i < terms.size(); ++i) {
         terms[i] = expand(terms[i], ctx.input(i).rank());
-        ctx.require(terms[i].size() == ctx.input(i).rank(), "operand " + std::to_string(i) + " has rank " + std::to_string(ctx.input(i).rank()) + " but term '" + terms[i] + "'");
+        ctx.require(terms[i].size() == ctx.input(i).rank(), [&] { return "operand " + std::to_string(i) + " has rank " + std::to_string(ctx.input(i).rank()) + " but term '" + terms[i] + "'"; });
         for (size_t d = 0; d < terms[i].size(); ++d) {
             char c = terms[i][d];
             int64_t n = ctx.input(i).dims()[d];
             auto it = size_of.find(c);
             if (it == size_of.end() || it->second == 1) size_of[c] = n;
-            else ctx.require(n == 1 || n == it->second, std::string("label '") + c + "' has inconsistent sizes");
+            else ctx.require(n == 1 || n == it->second, [&] { return std::string("label '") + c + "' has inconsistent sizes"; });
             ++count[c];
         }
     }
@@ -70,7 +70,7 @@ std::vector<Tensor> einsum(const KernelContext& ctx) {
     std::string labels = out_term;
     for (const auto& [c, n] : size_of)
         if (out_term.find(c) == std::string::npos) labels += c;
-    for (char c : out_term) ctx.require(size_of.count(c) != 0, std::string("output label '") + c + "' appears in no operand");
+    for (char c : out_term) ctx.require(size_of.count(c) != 0, [&] { return std::string("output label '") + c + "' appears in no operand"; });
     Dims out_dims;
     for (char c : out_term) out_dims.push_back(size_of[c]);
     Dims all_dims;

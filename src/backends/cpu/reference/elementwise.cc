@@ -103,7 +103,7 @@ template <Arith Op>
 std::vector<Tensor> arithmetic(const KernelContext& ctx) {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
-    ctx.require(a.dtype() == b.dtype(), "inputs have different element types " + a.summary() + " and " + b.summary());
+    ctx.require(a.dtype() == b.dtype(), [&] { return "inputs have different element types " + a.summary() + " and " + b.summary(); });
     return {dispatchNumeric(a.dtype(), ctx.node.describe(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         return broadcastBinary<T, T, T>(a, b, ctx, [&](T x, T y) -> T {
@@ -199,7 +199,7 @@ template <Cmp Op>
 std::vector<Tensor> compare(const KernelContext& ctx) {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
-    ctx.require(a.dtype() == b.dtype(), "inputs have different element types " + a.summary() + " and " + b.summary());
+    ctx.require(a.dtype() == b.dtype(), [&] { return "inputs have different element types " + a.summary() + " and " + b.summary(); });
     return {dispatchDType(a.dtype(), ctx.node.describe(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         return broadcastBinary<bool, T, T>(a, b, ctx, [](T x, T y) {
@@ -241,7 +241,7 @@ std::vector<Tensor> whereKernel(const KernelContext& ctx) {
     const Tensor& y = ctx.input(2);
     ctx.require(c.dtype() == DType::Bool, "condition must be bool");
     ctx.require(x.dtype() == y.dtype(), "X and Y have different element types");
-    Dims out_dims = broadcastDims(broadcastDims(c.dims(), x.dims(), ctx.node.describe()), y.dims(), ctx.node.describe());
+    Dims out_dims = broadcastDims(broadcastDims(c.dims(), x.dims(), [&] { return ctx.node.describe(); }), y.dims(), [&] { return ctx.node.describe(); });
     Tensor out(x.dtype(), out_dims);
     const BroadcastRuns runs(out_dims, {c.dims(), x.dims(), y.dims()});
     const int64_t len = runs.length(), sc = runs.step(0), sx = runs.step(1), sy = runs.step(2);

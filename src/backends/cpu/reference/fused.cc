@@ -30,19 +30,19 @@ std::vector<Tensor> fusedConv(const KernelContext& ctx) {
     const std::string layout = ctx.attrs().getString("data_layout", "NCHW");
     const int64_t block = blockedDataLayoutBlock(layout);
     const bool nhwc = layout == "NHWC", blocked = block > 0;
-    ctx.require(nhwc || blocked || layout == "NCHW", "unknown data_layout '" + layout + "'");
+    ctx.require(nhwc || blocked || layout == "NCHW", [&] { return "unknown data_layout '" + layout + "'"; });
     Tensor x = ctx.input(0), w = ctx.input(1), z;
     if (ctx.hasInput(3)) z = ctx.input(3);
     if (nhwc) x = transposeTensor(x, {0, 3, 1, 2});
     if (blocked) {
         const auto dims = ctx.attrs().getInts("weight_dims");
-        ctx.require(dims.size() == 4 && dims[0] > 0 && dims[1] > 0, layout + " conv needs weight_dims [O, I, KH, KW]");
+        ctx.require(dims.size() == 4 && dims[0] > 0 && dims[1] > 0, [&] { return layout + " conv needs weight_dims [O, I, KH, KW]"; });
         const std::string weight_layout = ctx.attrs().getString("weight_layout", "");
-        ctx.require(packedConvWeightBlock(weight_layout) == block, layout + " conv needs weights packed in blocks of " + std::to_string(block) + ", got '" + weight_layout + "'");
+        ctx.require(packedConvWeightBlock(weight_layout) == block, [&] { return layout + " conv needs weights packed in blocks of " + std::to_string(block) + ", got '" + weight_layout + "'"; });
         const int64_t out_channels = dims[0], in_channels = dims[1] * ctx.attrs().getInt("group", 1);
         const bool blocked_src = ctx.attrs().getString("src_layout", layout) != "NCHW";
-        if (blocked_src) ctx.require(x.rank() == 5 && x.dims()[4] == block, layout + " conv needs a blocked input, got " + dimsToString(x.dims()));
-        if (z.defined()) ctx.require(z.rank() == 5 && z.dims()[4] == block, layout + " conv needs a blocked residual, got " + dimsToString(z.dims()));
+        if (blocked_src) ctx.require(x.rank() == 5 && x.dims()[4] == block, [&] { return layout + " conv needs a blocked input, got " + dimsToString(x.dims()); });
+        if (z.defined()) ctx.require(z.rank() == 5 && z.dims()[4] == block, [&] { return layout + " conv needs a blocked residual, got " + dimsToString(z.dims()); });
         try {  // the layout helpers' errors, prefixed with the node once
             if (blocked_src) x = unblockChannels(x, in_channels);
             w = unpackConvWeights(w, weight_layout, dims);
@@ -60,9 +60,9 @@ std::vector<Tensor> fusedConv(const KernelContext& ctx) {
 
 // The layout changes at the ends of a channel-blocked conv chain.
 std::vector<Tensor> blockChannelsKernel(const KernelContext& ctx) {
-    ctx.require(ctx.input(0).rank() == 4, "BlockChannels needs a 4-D NCHW input, got " + dimsToString(ctx.input(0).dims()));
+    ctx.require(ctx.input(0).rank() == 4, [&] { return "BlockChannels needs a 4-D NCHW input, got " + dimsToString(ctx.input(0).dims()); });
     const int64_t block = ctx.attrs().getInt("block", kChannelBlock);
-    ctx.require(isChannelBlock(block), "BlockChannels: blocks of " + std::to_string(block) + " channels (8 or 16 are defined)");
+    ctx.require(isChannelBlock(block), [&] { return "BlockChannels: blocks of " + std::to_string(block) + " channels (8 or 16 are defined)"; });
     return {blockChannels(ctx.input(0), block)};
 }
 
@@ -70,8 +70,8 @@ std::vector<Tensor> unblockChannelsKernel(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const int64_t channels = ctx.attrs().getInt("channels", 0);
     ctx.require(x.rank() == 5 && isChannelBlock(x.dims()[4]) && channels > 0 && channelBlocks(channels, x.dims()[4]) == x.dims()[1],
-                ctx.node.op_type + " of " + std::to_string(channels) + " channels needs a [N, C/b, H, W, b] input (b 8 or 16), got " +
-                    dimsToString(x.dims()));
+                [&] { return ctx.node.op_type + " of " + std::to_string(channels) + " channels needs a [N, C/b, H, W, b] input (b 8 or 16), got " +
+                    dimsToString(x.dims()); });
     return {unblockChannels(x, channels)};
 }
 
@@ -107,7 +107,7 @@ std::vector<Tensor> attention(const KernelContext& ctx) {
         KernelContext c{canonical, {&q, &kt, &v, ctx.optionalInput(3)}, ctx.opset, nullptr};
         return {transposeTensor(attention(c)[0], {0, 2, 1, 3})};
     }
-    ctx.require(layout.empty(), "unknown attention layout '" + layout + "'");
+    ctx.require(layout.empty(), [&] { return "unknown attention layout '" + layout + "'"; });
     KernelContext qk{ctx.node, {ctx.inputs.at(0), ctx.inputs.at(1)}, ctx.opset, nullptr};
     Tensor s = matmulKernel(qk)[0];
     const double scale = ctx.attrs().getFloat("scale", 1.0f);
@@ -140,7 +140,7 @@ std::vector<Tensor> elementwiseChain(const KernelContext& ctx) {
     ctx.require(ops.size() == names.size() && swapped.size() == names.size() && params.size() == 2 * names.size(), "malformed chain attributes");
     const Tensor& x = ctx.input(0);
     Dims out_dims = x.dims();
-    for (size_t i = 1; i < ctx.numInputs(); ++i) out_dims = broadcastDims(out_dims, ctx.input(i).dims(), ctx.node.describe());
+    for (size_t i = 1; i < ctx.numInputs(); ++i) out_dims = broadcastDims(out_dims, ctx.input(i).dims(), [&] { return ctx.node.describe(); });
     std::vector<std::vector<int64_t>> offsets;
     for (size_t i = 0; i < ctx.numInputs(); ++i) offsets.push_back(broadcastOffsets(out_dims, ctx.input(i).dims()));
     std::vector<std::function<double(double)>> unary(names.size());
@@ -179,7 +179,7 @@ std::vector<Tensor> elementwiseChain(const KernelContext& ctx) {
 // A pooling node inside a blocked chain: the plain pool ("pool") on the unblocked input.
 std::vector<Tensor> blockedPool(const KernelContext& ctx) {
     const std::string pool = ctx.attrs().getString("pool", "");
-    ctx.require(pool == "MaxPool" || pool == "AveragePool" || pool == "GlobalAveragePool" || pool == "GlobalMaxPool", "unknown blocked pool '" + pool + "'");
+    ctx.require(pool == "MaxPool" || pool == "AveragePool" || pool == "GlobalAveragePool" || pool == "GlobalMaxPool", [&] { return "unknown blocked pool '" + pool + "'"; });
     const Tensor plain = unblockChannelsKernel(ctx)[0];
     Node inner = ctx.node;
     inner.op_type = pool;

@@ -107,7 +107,7 @@ std::vector<Tensor> scatterND(const KernelContext& ctx) {
     const int64_t tuples = ind.numel() / std::max<int64_t>(k, 1);
     int64_t slice = 1;
     for (size_t d = static_cast<size_t>(k); d < x.rank(); ++d) slice *= x.dims()[d];
-    ctx.require(upd.numel() == tuples * slice, "updates " + upd.summary() + " do not match indices " + ind.summary());
+    ctx.require(upd.numel() == tuples * slice, [&] { return "updates " + upd.summary() + " do not match indices " + ind.summary(); });
     const Dims xs = stridesOf(x.dims());
     Tensor out = x.clone();
     dispatchDType(x.dtype(), ctx.node.describe(), [&](auto tag) {

@@ -9,7 +9,7 @@ std::vector<Tensor> gemm(const KernelContext& ctx) {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
     const Tensor* c = ctx.optionalInput(2);
-    ctx.require(a.rank() == 2 && b.rank() == 2, "A and B must be 2-D, got " + a.summary() + " and " + b.summary());
+    ctx.require(a.rank() == 2 && b.rank() == 2, [&] { return "A and B must be 2-D, got " + a.summary() + " and " + b.summary(); });
     const bool ta = ctx.attrs().getInt("transA", 0) != 0;
     const bool tb = ctx.attrs().getInt("transB", 0) != 0;
     const double alpha = ctx.attrs().getFloat("alpha", 1.0f);
@@ -18,10 +18,10 @@ std::vector<Tensor> gemm(const KernelContext& ctx) {
     const int64_t K = ta ? a.dims()[0] : a.dims()[1];
     const int64_t Kb = tb ? b.dims()[1] : b.dims()[0];
     const int64_t N = tb ? b.dims()[0] : b.dims()[1];
-    ctx.require(K == Kb, "inner dimensions differ: " + a.summary() + (ta ? "^T" : "") + " x " + b.summary() + (tb ? "^T" : ""));
+    ctx.require(K == Kb, [&] { return "inner dimensions differ: " + a.summary() + (ta ? "^T" : "") + " x " + b.summary() + (tb ? "^T" : ""); });
     std::vector<int64_t> c_off;
     if (c) c_off = broadcastOffsets({M, N}, c->dims());
-    if (c) broadcastDims({M, N}, c->dims(), ctx.node.describe());
+    if (c) broadcastDims({M, N}, c->dims(), [&] { return ctx.node.describe(); });
     return {dispatchNumeric(a.dtype(), ctx.node.describe(), [&](auto tag) {
         using T = typename decltype(tag)::type;
         Tensor out(a.dtype(), {M, N});
@@ -50,15 +50,15 @@ std::vector<Tensor> matmulKernel(const KernelContext& ctx) {
     Tensor a = ctx.input(0);
     Tensor b = ctx.input(1);
     ctx.require(a.rank() >= 1 && b.rank() >= 1, "inputs must have rank >= 1");
-    ctx.require(a.dtype() == b.dtype(), "inputs have different element types " + a.summary() + " and " + b.summary());
+    ctx.require(a.dtype() == b.dtype(), [&] { return "inputs have different element types " + a.summary() + " and " + b.summary(); });
     const bool a_vec = a.rank() == 1, b_vec = b.rank() == 1;
     if (a_vec) a = a.reshaped({1, a.dims()[0]});
     if (b_vec) b = b.reshaped({b.dims()[0], 1});
     const int64_t M = a.dims()[a.rank() - 2], K = a.dims()[a.rank() - 1];
     const int64_t Kb = b.dims()[b.rank() - 2], N = b.dims()[b.rank() - 1];
-    ctx.require(K == Kb, "inner dimensions differ: " + ctx.input(0).summary() + " x " + ctx.input(1).summary());
+    ctx.require(K == Kb, [&] { return "inner dimensions differ: " + ctx.input(0).summary() + " x " + ctx.input(1).summary(); });
     Dims a_batch(a.dims().begin(), a.dims().end() - 2), b_batch(b.dims().begin(), b.dims().end() - 2);
-    Dims batch = broadcastDims(a_batch, b_batch, ctx.node.describe());
+    Dims batch = broadcastDims(a_batch, b_batch, [&] { return ctx.node.describe(); });
     auto a_off = broadcastOffsets(batch, a_batch);
     auto b_off = broadcastOffsets(batch, b_batch);
     Dims out_dims = batch;

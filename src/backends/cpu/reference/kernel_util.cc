@@ -20,7 +20,7 @@ SliceRange sliceRange(int64_t start, int64_t end, int64_t step, int64_t dim) {
 
 int64_t normalizeAxis(int64_t axis, int64_t rank, const KernelContext& ctx) {
     int64_t a = axis < 0 ? axis + rank : axis;
-    ctx.require(a >= 0 && a < rank, "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+    ctx.require(a >= 0 && a < rank, [&] { return "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank); });
     return a;
 }
 
@@ -36,15 +36,15 @@ std::vector<int64_t> broadcastOffsets(const Dims& out_dims, const Dims& in_dims)
 
 BroadcastRuns::BroadcastRuns(const Dims& out_dims, const std::vector<Dims>& in_dims) {
     const size_t rank = out_dims.size(), inputs = in_dims.size();
-    for (int64_t d : out_dims) check(d >= 0, "negative dimension in " + dimsToString(out_dims));
+    for (int64_t d : out_dims) check(d >= 0, [&] { return "negative dimension in " + dimsToString(out_dims); });
     std::vector<Dims> full(inputs, Dims(rank, 0));  // per input, its stride along each output dim
     for (size_t k = 0; k < inputs; ++k) {
         const Dims& in = in_dims[k];
-        check(in.size() <= rank, "cannot broadcast " + dimsToString(in) + " to " + dimsToString(out_dims));
+        check(in.size() <= rank, [&] { return "cannot broadcast " + dimsToString(in) + " to " + dimsToString(out_dims); });
         int64_t step = 1;
         for (size_t i = in.size(); i-- > 0;) {
             const int64_t d = in[i], out = out_dims[rank - in.size() + i];
-            check(d == out || d == 1, "cannot broadcast " + dimsToString(in) + " to " + dimsToString(out_dims));
+            check(d == out || d == 1, [&] { return "cannot broadcast " + dimsToString(in) + " to " + dimsToString(out_dims); });
             full[k][rank - in.size() + i] = d == 1 ? 0 : step;
             step *= d;
         }
@@ -97,7 +97,7 @@ Tensor legacyBroadcastOperand(const Tensor& a, const Tensor& b, const KernelCont
     if (ctx.opset >= 7 || ctx.attrs().getInt("broadcast", 0) == 0 || !ctx.attrs().has("axis")) return b;
     const int64_t axis = normalizeAxis(ctx.attrs().getInt("axis"), static_cast<int64_t>(a.rank()), ctx);
     const int64_t trailing = static_cast<int64_t>(a.rank()) - axis - static_cast<int64_t>(b.rank());
-    ctx.require(trailing >= 0, "legacy broadcast of " + b.summary() + " at axis " + std::to_string(axis) + " does not fit " + a.summary());
+    ctx.require(trailing >= 0, [&] { return "legacy broadcast of " + b.summary() + " at axis " + std::to_string(axis) + " does not fit " + a.summary(); });
     Dims d = b.dims();
     d.insert(d.end(), static_cast<size_t>(trailing), 1);
     return b.reshaped(d);
@@ -169,7 +169,7 @@ SpatialPads resolvePads(const KernelContext& ctx, const Dims& in_spatial, const 
     std::string auto_pad = ctx.attrs().getString("auto_pad", "NOTSET");
     if (auto_pad == "NOTSET") {
         auto pads = ctx.attrs().getInts("pads", std::vector<int64_t>(2 * n, 0));
-        ctx.require(pads.size() == 2 * n, "pads must have " + std::to_string(2 * n) + " values");
+        ctx.require(pads.size() == 2 * n, [&] { return "pads must have " + std::to_string(2 * n) + " values"; });
         for (size_t i = 0; i < n; ++i) {
             p.begin[i] = pads[i];
             p.end[i] = pads[i + n];
@@ -184,7 +184,7 @@ SpatialPads resolvePads(const KernelContext& ctx, const Dims& in_spatial, const 
             p.end[i] = total - p.begin[i];
         }
     } else {
-        ctx.require(auto_pad == "VALID", "unknown auto_pad '" + auto_pad + "'");
+        ctx.require(auto_pad == "VALID", [&] { return "unknown auto_pad '" + auto_pad + "'"; });
     }
     return p;
 }
@@ -263,11 +263,11 @@ PadPlan padPlan(const KernelContext& ctx) {
     Dims out_dims(rank);
     for (int64_t d = 0; d < rank; ++d) {
         out_dims[d] = x.dims()[d] + begin[d] + end[d];
-        ctx.require(out_dims[d] >= 0, "pads shrink axis " + std::to_string(d) + " below zero");
+        ctx.require(out_dims[d] >= 0, [&] { return "pads shrink axis " + std::to_string(d) + " below zero"; });
         ctx.require(mode != "reflect" || x.dims()[d] > std::max(begin[d], end[d]) || (begin[d] <= 0 && end[d] <= 0),
                     "reflect padding must be smaller than the axis");
     }
-    ctx.require(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap", "unsupported pad mode '" + mode + "'");
+    ctx.require(mode == "constant" || mode == "reflect" || mode == "edge" || mode == "wrap", [&] { return "unsupported pad mode '" + mode + "'"; });
     return {begin, end, out_dims, mode, value};
 }
 

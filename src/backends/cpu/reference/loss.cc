@@ -17,7 +17,7 @@ Tensor nllLoss(const KernelContext& ctx, const std::vector<double>& input, const
     const bool has_ignore = ctx.attrs().has("ignore_index");
     const int64_t ignore = ctx.attrs().getInt("ignore_index", 0);
     auto labels = target.toInt64Vector();
-    ctx.require(static_cast<int64_t>(labels.size()) == N * inner, "target " + target.summary() + " does not match input " + dimsToString(in_dims));
+    ctx.require(static_cast<int64_t>(labels.size()) == N * inner, [&] { return "target " + target.summary() + " does not match input " + dimsToString(in_dims); });
     std::vector<double> loss(labels.size(), 0.0);
     double weight_sum = 0, loss_sum = 0;
     for (int64_t n = 0; n < N; ++n)
@@ -40,7 +40,7 @@ Tensor nllLoss(const KernelContext& ctx, const std::vector<double>& input, const
             out = Tensor(dtype, out_dims);
             for (size_t k = 0; k < loss.size(); ++k) out.data<T>()[k] = static_cast<T>(loss[k]);
         } else {
-            ctx.require(reduction == "sum" || reduction == "mean", "unknown reduction '" + reduction + "'");
+            ctx.require(reduction == "sum" || reduction == "mean", [&] { return "unknown reduction '" + reduction + "'"; });
             double v = reduction == "sum" ? loss_sum : (weight_sum != 0 ? loss_sum / weight_sum : 0.0);
             out = Tensor::scalar<T>(static_cast<T>(v));
         }

@@ -14,7 +14,7 @@ namespace {
 
 std::vector<Tensor> det(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    ctx.require(x.rank() >= 2 && x.dims()[x.rank() - 1] == x.dims()[x.rank() - 2], "input must be [..., M, M], got " + x.summary());
+    ctx.require(x.rank() >= 2 && x.dims()[x.rank() - 1] == x.dims()[x.rank() - 2], [&] { return "input must be [..., M, M], got " + x.summary(); });
     const int64_t n = x.dims().back(), count = x.numel() / std::max<int64_t>(n * n, 1);
     Tensor out(x.dtype(), Dims(x.dims().begin(), x.dims().end() - 2));
     std::vector<double> a(static_cast<size_t>(n * n));
@@ -52,8 +52,8 @@ std::vector<Tensor> det(const KernelContext& ctx) {
 std::vector<Tensor> maxUnpool(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const Tensor& idx = ctx.input(1);
-    ctx.require(idx.dims() == x.dims(), "indices " + idx.summary() + " must have the input's shape " + x.summary());
-    ctx.require(x.rank() >= 3, "input must be [N, C, spatial...], got " + x.summary());
+    ctx.require(idx.dims() == x.dims(), [&] { return "indices " + idx.summary() + " must have the input's shape " + x.summary(); });
+    ctx.require(x.rank() >= 3, [&] { return "input must be [N, C, spatial...], got " + x.summary(); });
     const size_t sp = x.rank() - 2;
     const auto kernel = ctx.attrs().getInts("kernel_shape");
     ctx.require(kernel.size() == sp, "kernel_shape must have one value per spatial dim");
@@ -68,7 +68,7 @@ std::vector<Tensor> maxUnpool(const KernelContext& ctx) {
     if (ctx.hasInput(2)) {
         out_dims = ctx.input(2).toInt64Vector();
         ctx.require(out_dims.size() == x.rank(), "output_shape must have the input's rank");
-        for (size_t d = 0; d < x.rank(); ++d) ctx.require(out_dims[d] >= inferred[d], "output_shape is smaller than the unpooled shape " + dimsToString(inferred));
+        for (size_t d = 0; d < x.rank(); ++d) ctx.require(out_dims[d] >= inferred[d], [&] { return "output_shape is smaller than the unpooled shape " + dimsToString(inferred); });
     }
     Tensor out(x.dtype(), out_dims);
     const int64_t total = numElements(inferred);

@@ -17,7 +17,7 @@ std::vector<Tensor> batchNorm(const KernelContext& ctx) {
     auto mean = ctx.input(3).toDoubleVector(), var = ctx.input(4).toDoubleVector();
     ctx.require(static_cast<int64_t>(scale.size()) == C && static_cast<int64_t>(bias.size()) == C &&
                     static_cast<int64_t>(mean.size()) == C && static_cast<int64_t>(var.size()) == C,
-                "scale/bias/mean/var must have " + std::to_string(C) + " elements");
+                [&] { return "scale/bias/mean/var must have " + std::to_string(C) + " elements"; });
     const double eps = ctx.attrs().getFloat("epsilon", 1e-5f);
     const int64_t inner = x.numel() / std::max<int64_t>(x.dims()[0] * C, 1);
     return {dispatchFloat(x.dtype(), ctx.node.describe(), [&](auto tag) {

@@ -14,11 +14,11 @@ enum class PoolKind { Max, Average, Lp };
 template <PoolKind Kind>
 std::vector<Tensor> pool(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    ctx.require(x.rank() >= 3, "input must have rank >= 3 (N, C, spatial...), got " + x.summary());
+    ctx.require(x.rank() >= 3, [&] { return "input must have rank >= 3 (N, C, spatial...), got " + x.summary(); });
     const size_t S = x.rank() - 2;
     const Dims in_spatial(x.dims().begin() + 2, x.dims().end());
     auto kernel = ctx.attrs().getInts("kernel_shape");
-    ctx.require(kernel.size() == S, "kernel_shape must have " + std::to_string(S) + " values");
+    ctx.require(kernel.size() == S, [&] { return "kernel_shape must have " + std::to_string(S) + " values"; });
     auto strides = ctx.attrs().getInts("strides", Dims(S, 1));
     auto dilations = ctx.attrs().getInts("dilations", Dims(S, 1));
     const bool include_pad = ctx.attrs().getInt("count_include_pad", 0) != 0;
@@ -94,7 +94,7 @@ std::vector<Tensor> pool(const KernelContext& ctx) {
 template <PoolKind Kind>
 std::vector<Tensor> globalPool(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    ctx.require(x.rank() >= 3, "input must have rank >= 3, got " + x.summary());
+    ctx.require(x.rank() >= 3, [&] { return "input must have rank >= 3, got " + x.summary(); });
     const int64_t NC = x.dims()[0] * x.dims()[1];
     const int64_t inner = NC ? x.numel() / NC : 0;
     Dims out_dims(x.rank(), 1);

@@ -33,7 +33,7 @@ QuantParams quantParams(const KernelContext& ctx, const Tensor& x, const Tensor&
     QuantParams q;
     // Exporters pair a [1] scale with a scalar zero point (ONNX Runtime's quantizer does).
     if (zp) ctx.require(zp->dims() == scale.dims() || (zp->numel() == 1 && scale.numel() == 1),
-                        "zero point " + zp->summary() + " and scale " + scale.summary() + " differ in shape");
+                        [&] { return "zero point " + zp->summary() + " and scale " + scale.summary() + " differ in shape"; });
     const int64_t block = ctx.attrs().getInt("block_size", 0);
     if (scale.numel() == 1 && block == 0) return q;
     q.per_tensor = false;
@@ -45,10 +45,10 @@ QuantParams quantParams(const KernelContext& ctx, const Tensor& x, const Tensor&
         q.blocks = (q.axis_dim + block - 1) / block;
         Dims want = x.dims();
         want[axis] = q.blocks;
-        ctx.require(scale.dims() == want, "blocked scale must have shape " + dimsToString(want) + ", got " + scale.summary());
+        ctx.require(scale.dims() == want, [&] { return "blocked scale must have shape " + dimsToString(want) + ", got " + scale.summary(); });
     } else {
         ctx.require(scale.rank() == 1 && scale.numel() == q.axis_dim,
-                    "scale " + scale.summary() + " is neither a scalar nor one value per index of axis " + std::to_string(axis));
+                    [&] { return "scale " + scale.summary() + " is neither a scalar nor one value per index of axis " + std::to_string(axis); });
     }
     return q;
 }
@@ -63,7 +63,7 @@ double saturated(double v) {
 // mode, as the Round kernel relies on too) and shifted by the zero point.
 template <typename F>
 Tensor quantizedTensor(DType t, const Dims& dims, F value, const KernelContext& ctx) {
-    ctx.require(isQuantizedType(t) && t != DType::I32, "output type " + std::string(dtypeName(t)) + " is not supported");
+    ctx.require(isQuantizedType(t) && t != DType::I32, [&] { return "output type " + std::string(dtypeName(t)) + " is not supported"; });
     Tensor y(t, dims);
     dispatchNumeric(t, ctx.node.describe(), [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -95,8 +95,8 @@ std::vector<Tensor> dequantizeLinear(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const Tensor& scale = ctx.input(1);
     const Tensor* zp = ctx.optionalInput(2);
-    ctx.require(isQuantizedType(x.dtype()), "input type " + std::string(dtypeName(x.dtype())) + " is not supported");
-    if (zp) ctx.require(zp->dtype() == x.dtype(), "zero point " + zp->summary() + " differs in type from the input " + x.summary());
+    ctx.require(isQuantizedType(x.dtype()), [&] { return "input type " + std::string(dtypeName(x.dtype())) + " is not supported"; });
+    if (zp) ctx.require(zp->dtype() == x.dtype(), [&] { return "zero point " + zp->summary() + " differs in type from the input " + x.summary(); });
     const QuantParams q = quantParams(ctx, x, scale, zp);
     Tensor y(scale.dtype(), x.dims());
     dispatchFloat(scale.dtype(), ctx.node.describe(), [&](auto tag) {
@@ -114,7 +114,7 @@ std::vector<Tensor> dequantizeLinear(const KernelContext& ctx) {
 // y, y_scale, y_zero_point with the range of x (widened to include 0) mapped onto uint8.
 std::vector<Tensor> dynamicQuantizeLinear(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    ctx.require(x.dtype() == DType::F32, "input must be f32, got " + x.summary());
+    ctx.require(x.dtype() == DType::F32, [&] { return "input must be f32, got " + x.summary(); });
     const float* px = x.data<float>();
     float lo = 0.f, hi = 0.f;
     for (int64_t i = 0; i < x.numel(); ++i) lo = std::min(lo, px[i]), hi = std::max(hi, px[i]);
@@ -128,17 +128,17 @@ std::vector<Tensor> dynamicQuantizeLinear(const KernelContext& ctx) {
 // x - zero_point in f64; the zero point broadcasts against x after `zp_dims` reshapes it
 // (a per-row [M] becomes [M, 1]).
 Tensor minusZeroPoint(const Tensor& x, const Tensor* zp, const Dims& zp_dims, const KernelContext& ctx) {
-    ctx.require(isQuantizedType(x.dtype()) && x.dtype() != DType::I32, "operand " + x.summary() + " must be 8- or 16-bit integers");
+    ctx.require(isQuantizedType(x.dtype()) && x.dtype() != DType::I32, [&] { return "operand " + x.summary() + " must be 8- or 16-bit integers"; });
     Tensor out(DType::F64, x.dims());
     double* po = out.data<double>();
     if (!zp) {
         for (int64_t i = 0; i < x.numel(); ++i) po[i] = x.scalarAt(i);
         return out;
     }
-    ctx.require(zp->dtype() == x.dtype(), "zero point " + zp->summary() + " differs in type from " + x.summary());
+    ctx.require(zp->dtype() == x.dtype(), [&] { return "zero point " + zp->summary() + " differs in type from " + x.summary(); });
     const Tensor z = zp->reshaped(zp_dims);
-    const Dims b = broadcastDims(x.dims(), z.dims(), ctx.node.describe());
-    ctx.require(b == x.dims(), "zero point " + zp->summary() + " does not broadcast to " + x.summary());
+    const Dims b = broadcastDims(x.dims(), z.dims(), [&] { return ctx.node.describe(); });
+    ctx.require(b == x.dims(), [&] { return "zero point " + zp->summary() + " does not broadcast to " + x.summary(); });
     const auto off = broadcastOffsets(x.dims(), z.dims());
     for (int64_t i = 0; i < x.numel(); ++i) po[i] = x.scalarAt(i) - z.scalarAt(off[i]);
     return out;
@@ -255,7 +255,7 @@ std::vector<Tensor> qlinearConvNhwc(const KernelContext& ctx) {
 std::vector<Tensor> quantizedLookup(const KernelContext& ctx) {
     const Tensor &x = ctx.input(0), &table = ctx.input(1);
     ctx.require((x.dtype() == DType::U8 || x.dtype() == DType::I8) && table.numel() == 256 && dtypeSize(table.dtype()) == 1,
-                "a lookup takes 8-bit codes and a 256-entry table of 8-bit codes, got " + x.summary() + " and " + table.summary());
+                [&] { return "a lookup takes 8-bit codes and a 256-entry table of 8-bit codes, got " + x.summary() + " and " + table.summary(); });
     Tensor y(table.dtype(), x.dims());
     const auto* t = reinterpret_cast<const uint8_t*>(table.raw());
     const auto* px = reinterpret_cast<const uint8_t*>(x.raw());

@@ -94,15 +94,15 @@ RecurrentProblem recurrentProblem(const KernelContext& ctx) {
     p.lstm = op == "LSTM", p.gru = op == "GRU";
     p.G = p.lstm ? 4 : p.gru ? 3 : 1;
     const Tensor& x = ctx.input(0);
-    ctx.require(x.rank() == 3 && x.dtype() == DType::F32, "X must be a rank-3 f32 tensor, it is " + x.summary());
+    ctx.require(x.rank() == 3 && x.dtype() == DType::F32, [&] { return "X must be a rank-3 f32 tensor, it is " + x.summary(); });
     p.batch_major = ctx.attrs().getInt("layout", 0) != 0;
     p.S = x.dims()[p.batch_major ? 1 : 0], p.B = x.dims()[p.batch_major ? 0 : 1], p.I = x.dims()[2];
     p.direction = ctx.attrs().getString("direction", "forward");
     ctx.require(p.direction == "forward" || p.direction == "reverse" || p.direction == "bidirectional",
-                "direction '" + p.direction + "' is not forward, reverse or bidirectional");
+                [&] { return "direction '" + p.direction + "' is not forward, reverse or bidirectional"; });
     p.D = p.direction == "bidirectional" ? 2 : 1;
     const Tensor& r = ctx.input(2);
-    ctx.require(r.rank() == 3, "R must be rank 3, it is " + r.summary());
+    ctx.require(r.rank() == 3, [&] { return "R must be rank 3, it is " + r.summary(); });
     p.H = ctx.attrs().getInt("hidden_size", r.dims()[2]);
     ctx.require(p.H > 0, "hidden_size must be positive");
     const int64_t GH = p.G * p.H, S = p.S, B = p.B, D = p.D, H = p.H;

@@ -107,7 +107,7 @@ std::vector<Tensor> topK(const KernelContext& ctx) {
     const int64_t k = ctx.hasInput(1) ? ctx.input(1).toInt64Vector().at(0) : ctx.attrs().getInt("k");
     const bool largest = ctx.attrs().getInt("largest", 1) != 0;
     const int64_t len = x.dims()[axis];
-    ctx.require(k >= 0 && k <= len, "k=" + std::to_string(k) + " is out of range for axis of size " + std::to_string(len));
+    ctx.require(k >= 0 && k <= len, [&] { return "k=" + std::to_string(k) + " is out of range for axis of size " + std::to_string(len); });
     int64_t outer = 1, inner = 1;
     for (int64_t i = 0; i < axis; ++i) outer *= x.dims()[i];
     for (int64_t i = axis + 1; i < rank; ++i) inner *= x.dims()[i];

@@ -90,7 +90,7 @@ ResizePlan planResize(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const size_t rank = x.rank();
     o.mode = ctx.attrs().getString("mode", "nearest");
-    ctx.require(o.mode == "nearest" || o.mode == "linear" || o.mode == "cubic", "unsupported mode '" + o.mode + "'");
+    ctx.require(o.mode == "nearest" || o.mode == "linear" || o.mode == "cubic", [&] { return "unsupported mode '" + o.mode + "'"; });
     ctx.require(ctx.attrs().getInt("antialias", 0) == 0, "antialias is not supported");
     const bool legacy = ctx.opset < 11 || ctx.node.op_type == "Upsample";
     o.coord = legacy ? "asymmetric" : ctx.attrs().getString("coordinate_transformation_mode", "half_pixel");
@@ -136,7 +136,7 @@ ResizePlan planResize(const KernelContext& ctx) {
     }
     out_dims.assign(rank, 0);
     const std::string policy = ctx.attrs().getString("keep_aspect_ratio_policy", "stretch");
-    ctx.require(policy == "stretch" || policy == "not_larger" || policy == "not_smaller", "unsupported keep_aspect_ratio_policy '" + policy + "'");
+    ctx.require(policy == "stretch" || policy == "not_larger" || policy == "not_smaller", [&] { return "unsupported keep_aspect_ratio_policy '" + policy + "'"; });
     if (!sizes.empty() && policy != "stretch") {
         // One scale for the resized axes, the largest (smallest) that keeps every one within
         // (beyond) its requested size; sizes then follow from it, rounded half up.

@@ -63,17 +63,17 @@ void cubicWeights(double t, double w[4]) {
 std::vector<Tensor> gridSample(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const Tensor& grid = ctx.input(1);
-    ctx.require(x.rank() == 4, "only 2-D sampling (a rank-4 input) is supported, got " + x.summary());
+    ctx.require(x.rank() == 4, [&] { return "only 2-D sampling (a rank-4 input) is supported, got " + x.summary(); });
     const int64_t N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
-    ctx.require(grid.rank() == 4 && grid.dims()[0] == N && grid.dims()[3] == 2, "grid must be [N, H_out, W_out, 2], got " + grid.summary());
+    ctx.require(grid.rank() == 4 && grid.dims()[0] == N && grid.dims()[3] == 2, [&] { return "grid must be [N, H_out, W_out, 2], got " + grid.summary(); });
     const int64_t Ho = grid.dims()[1], Wo = grid.dims()[2];
     const std::string mode_name = ctx.attrs().getString("mode", ctx.opset >= 20 ? "linear" : "bilinear");
     Interpolation mode = Interpolation::Linear;  // "bilinear" and "bicubic" are opset 16's names
     if (mode_name == "nearest") mode = Interpolation::Nearest;
     else if (mode_name == "cubic" || mode_name == "bicubic") mode = Interpolation::Cubic;
-    else ctx.require(mode_name == "linear" || mode_name == "bilinear", "unknown mode '" + mode_name + "'");
+    else ctx.require(mode_name == "linear" || mode_name == "bilinear", [&] { return "unknown mode '" + mode_name + "'"; });
     const std::string pad = ctx.attrs().getString("padding_mode", "zeros");
-    ctx.require(pad == "zeros" || pad == "border" || pad == "reflection", "unknown padding_mode '" + pad + "'");
+    ctx.require(pad == "zeros" || pad == "border" || pad == "reflection", [&] { return "unknown padding_mode '" + pad + "'"; });
     const Padding padding = pad == "zeros" ? Padding::Zeros : pad == "border" ? Padding::Border : Padding::Reflection;
     const bool align = ctx.attrs().getInt("align_corners", 0) != 0;
     // Pixel coordinates from [-1, 1]: corner pixels' centres, or their outer edges.
@@ -130,24 +130,24 @@ std::vector<Tensor> roiAlign(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
     const Tensor& rois = ctx.input(1);
     const Tensor& batch = ctx.input(2);
-    ctx.require(x.rank() == 4, "input must be [N, C, H, W], got " + x.summary());
-    ctx.require(rois.rank() == 2 && rois.dims()[1] == 4, "rois must be [num_rois, 4], got " + rois.summary());
+    ctx.require(x.rank() == 4, [&] { return "input must be [N, C, H, W], got " + x.summary(); });
+    ctx.require(rois.rank() == 2 && rois.dims()[1] == 4, [&] { return "rois must be [num_rois, 4], got " + rois.summary(); });
     const int64_t R = rois.dims()[0];
-    ctx.require(batch.numel() == R, "batch_indices must have one entry per roi, got " + batch.summary());
+    ctx.require(batch.numel() == R, [&] { return "batch_indices must have one entry per roi, got " + batch.summary(); });
     const int64_t N = x.dims()[0], C = x.dims()[1], H = x.dims()[2], W = x.dims()[3];
     const int64_t oh = ctx.attrs().getInt("output_height", 1), ow = ctx.attrs().getInt("output_width", 1);
     const int64_t ratio = ctx.attrs().getInt("sampling_ratio", 0);
     const double scale = ctx.attrs().getFloat("spatial_scale", 1.0f);
     const bool avg = ctx.attrs().getString("mode", "avg") == "avg";
-    ctx.require(avg || ctx.attrs().getString("mode", "avg") == "max", "unknown mode '" + ctx.attrs().getString("mode", "") + "'");
+    ctx.require(avg || ctx.attrs().getString("mode", "avg") == "max", [&] { return "unknown mode '" + ctx.attrs().getString("mode", "") + "'"; });
     const std::string ctm = ctx.attrs().getString("coordinate_transformation_mode", ctx.opset >= 16 ? "half_pixel" : "output_half_pixel");
-    ctx.require(ctm == "half_pixel" || ctm == "output_half_pixel", "unknown coordinate_transformation_mode '" + ctm + "'");
+    ctx.require(ctm == "half_pixel" || ctm == "output_half_pixel", [&] { return "unknown coordinate_transformation_mode '" + ctm + "'"; });
     const bool half_pixel = ctm == "half_pixel";
     ctx.require(oh > 0 && ow > 0, "output_height and output_width must be positive");
     std::vector<double> out(static_cast<size_t>(R * C * oh * ow));
     for (int64_t r = 0; r < R; ++r) {
         const int64_t n = static_cast<int64_t>(batch.scalarAt(r));
-        ctx.require(n >= 0 && n < N, "batch index " + std::to_string(n) + " of roi " + std::to_string(r) + " is outside [0, " + std::to_string(N) + ")");
+        ctx.require(n >= 0 && n < N, [&] { return "batch index " + std::to_string(n) + " of roi " + std::to_string(r) + " is outside [0, " + std::to_string(N) + ")"; });
         const double off = half_pixel ? 0.5 : 0.0;
         const double x0 = rois.scalarAt(r * 4) * scale - off, y0 = rois.scalarAt(r * 4 + 1) * scale - off;
         double rw = rois.scalarAt(r * 4 + 2) * scale - off - x0, rh = rois.scalarAt(r * 4 + 3) * scale - off - y0;

@@ -29,14 +29,14 @@ std::vector<Tensor> reshape(const KernelContext& ctx) {
     int64_t infer = -1, known = 1;
     for (size_t i = 0; i < shape.size(); ++i) {
         if (shape[i] == 0 && !allowzero) {
-            ctx.require(i < x.rank(), "shape has 0 at position " + std::to_string(i) + " beyond the input rank");
+            ctx.require(i < x.rank(), [&] { return "shape has 0 at position " + std::to_string(i) + " beyond the input rank"; });
             shape[i] = x.dims()[i];
         }
         if (shape[i] == -1) {
             ctx.require(infer < 0, "shape has more than one -1");
             infer = static_cast<int64_t>(i);
         } else {
-            ctx.require(shape[i] >= 0, "invalid target dimension " + std::to_string(shape[i]));
+            ctx.require(shape[i] >= 0, [&] { return "invalid target dimension " + std::to_string(shape[i]); });
             known *= shape[i];
         }
     }
@@ -82,11 +82,11 @@ std::vector<Tensor> transpose(const KernelContext& ctx) {
     std::vector<int64_t> perm = ctx.attrs().getInts("perm");
     if (perm.empty())
         for (int64_t i = static_cast<int64_t>(x.rank()) - 1; i >= 0; --i) perm.push_back(i);
-    ctx.require(perm.size() == x.rank(), "perm has " + std::to_string(perm.size()) + " entries for input " + x.summary());
+    ctx.require(perm.size() == x.rank(), [&] { return "perm has " + std::to_string(perm.size()) + " entries for input " + x.summary(); });
     std::vector<bool> seen(x.rank(), false);
     for (auto& p : perm) {
         p = normalizeAxis(p, static_cast<int64_t>(x.rank()), ctx);
-        ctx.require(!seen[p], "perm repeats axis " + std::to_string(p));
+        ctx.require(!seen[p], [&] { return "perm repeats axis " + std::to_string(p); });
         seen[p] = true;
     }
     return {transposeTensor(x, perm)};
@@ -101,7 +101,7 @@ std::vector<Tensor> squeeze(const KernelContext& ctx) {
     }
     for (int64_t a : axes) {
         int64_t ax = normalizeAxis(a, static_cast<int64_t>(x.rank()), ctx);
-        ctx.require(x.dims()[ax] == 1, "cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(x.dims()[ax]));
+        ctx.require(x.dims()[ax] == 1, [&] { return "cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(x.dims()[ax]); });
         drop[ax] = true;
     }
     Dims out;
@@ -117,7 +117,7 @@ std::vector<Tensor> unsqueeze(const KernelContext& ctx) {
     std::vector<bool> inserted(static_cast<size_t>(out_rank), false);
     for (int64_t a : axes) {
         int64_t ax = normalizeAxis(a, out_rank, ctx);
-        ctx.require(!inserted[ax], "axes repeat " + std::to_string(a));
+        ctx.require(!inserted[ax], [&] { return "axes repeat " + std::to_string(a); });
         inserted[ax] = true;
     }
     Dims out;
@@ -181,10 +181,10 @@ std::vector<Tensor> split(const KernelContext& ctx) {
         const int64_t chunk = (len + n - 1) / n;  // opset 18 allows a smaller last chunk
         for (int64_t i = 0; i < n; ++i) sizes.push_back(std::min(chunk, len - i * chunk));
     }
-    ctx.require(static_cast<int64_t>(sizes.size()) == n, "split has " + std::to_string(sizes.size()) + " sizes for " + std::to_string(n) + " outputs");
+    ctx.require(static_cast<int64_t>(sizes.size()) == n, [&] { return "split has " + std::to_string(sizes.size()) + " sizes for " + std::to_string(n) + " outputs"; });
     int64_t total = 0;
     for (int64_t s : sizes) total += s;
-    ctx.require(total == len, "split sizes add up to " + std::to_string(total) + ", axis has " + std::to_string(len));
+    ctx.require(total == len, [&] { return "split sizes add up to " + std::to_string(total) + ", axis has " + std::to_string(len); });
     std::vector<Tensor> outs;
     int64_t start = 0;
     for (int64_t s : sizes) {
@@ -225,7 +225,7 @@ Tensor gatherOffsets(const Tensor& x, const Dims& out_dims, const std::vector<in
 
 std::vector<Tensor> expand(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    Dims out_dims = broadcastDims(x.dims(), ctx.input(1).toInt64Vector(), ctx.node.describe());
+    Dims out_dims = broadcastDims(x.dims(), ctx.input(1).toInt64Vector(), [&] { return ctx.node.describe(); });
     Tensor out(x.dtype(), out_dims);
     const BroadcastRuns runs(out_dims, {x.dims()});
     const size_t es = dtypeSize(x.dtype());

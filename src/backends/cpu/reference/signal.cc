@@ -35,9 +35,9 @@ struct ComplexSignal {
     int64_t outer, length, inner;  // [outer, length, inner, 1|2]
 
     ComplexSignal(const Tensor& x, int64_t axis, const KernelContext& ctx) : t(x) {
-        ctx.require(x.rank() >= 2 && (x.dims().back() == 1 || x.dims().back() == 2), "signal must end in a dimension of 1 (real) or 2 (complex), got " + x.summary());
+        ctx.require(x.rank() >= 2 && (x.dims().back() == 1 || x.dims().back() == 2), [&] { return "signal must end in a dimension of 1 (real) or 2 (complex), got " + x.summary(); });
         complex = x.dims().back() == 2;
-        ctx.require(axis >= 0 && axis < static_cast<int64_t>(x.rank()) - 1, "axis " + std::to_string(axis) + " is outside the signal's dimensions");
+        ctx.require(axis >= 0 && axis < static_cast<int64_t>(x.rank()) - 1, [&] { return "axis " + std::to_string(axis) + " is outside the signal's dimensions"; });
         outer = 1, inner = 1, length = x.dims()[axis];
         for (int64_t d = 0; d < axis; ++d) outer *= x.dims()[d];
         for (size_t d = static_cast<size_t>(axis) + 1; d + 1 < x.rank(); ++d) inner *= x.dims()[d];
@@ -93,13 +93,13 @@ std::vector<Tensor> dft(const KernelContext& ctx) {
 // [batch, frames, bins, 2]: each frame, times the window, through a DFT of the frame's length.
 std::vector<Tensor> stft(const KernelContext& ctx) {
     const Tensor& x = ctx.input(0);
-    ctx.require(x.rank() == 3, "signal must be [batch, length, 1 or 2], got " + x.summary());
+    ctx.require(x.rank() == 3, [&] { return "signal must be [batch, length, 1 or 2], got " + x.summary(); });
     const ComplexSignal s(x, 1, ctx);
     const int64_t step = static_cast<int64_t>(ctx.input(1).scalarAt(0));
     const Tensor* win = ctx.optionalInput(2);
     int64_t frame = ctx.hasInput(3) ? static_cast<int64_t>(ctx.input(3).scalarAt(0)) : (win ? win->numel() : 0);
     ctx.require(frame > 0, "needs a window or a frame_length");
-    if (win) ctx.require(win->numel() == frame, "window has " + std::to_string(win->numel()) + " values for frame_length " + std::to_string(frame));
+    if (win) ctx.require(win->numel() == frame, [&] { return "window has " + std::to_string(win->numel()) + " values for frame_length " + std::to_string(frame); });
     ctx.require(step > 0 && frame <= s.length, "frame_step must be positive and frame_length at most the signal's length");
     const bool onesided = ctx.attrs().getInt("onesided", 1) != 0;
     const int64_t bins = onesided ? frame / 2 + 1 : frame, frames = (s.length - frame) / step + 1;
