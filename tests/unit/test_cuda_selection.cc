@@ -32,7 +32,8 @@ TEST(CudaSelection, TopKMatchesTheReferenceIncludingTies) {
         Dims dims;
         int64_t axis, k, largest;
     };
-    for (const Case& c : {Case{{3, 37, 5}, 1, 7, 1}, Case{{3, 37, 5}, 1, 37, 0}, Case{{4, 300}, -1, 5, 1}, Case{{2, 5000}, 1, 100, 0}, Case{{6}, 0, 0, 1}}) {
+    for (const Case& c : {Case{{3, 37, 5}, 1, 7, 1}, Case{{3, 37, 5}, 1, 37, 0}, Case{{4, 300}, -1, 5, 1}, Case{{2, 5000}, 1, 100, 0}, Case{{6}, 0, 0, 1},
+                         Case{{2, 20000}, 1, 150, 1}, Case{{3, 17000, 2}, 1, 40, 0}}) {
         Graph g = oneNode(Node{"topk", "TopK", "", {"x", "k"}, {"values", "indices"}, {}}, {f32Input("x", c.dims)});
         g.nodes[0].attrs.set("axis", c.axis);
         g.nodes[0].attrs.set("largest", c.largest);
@@ -84,14 +85,17 @@ TEST(CudaSelection, NonZeroMatchesTheReferenceRunAfterRun) {
 }
 
 // NonMaxSuppression with corner and center boxes, with and without a score threshold,
-// several batches and classes, a limit of kept boxes and INT64_MAX ("no limit").
+// several batches and classes, a limit of kept boxes and INT64_MAX ("no limit"), and rows
+// longer than shared memory sorts (variants 4 and 5: sorted in global memory; coarse scores,
+// so that ties are common).
 TEST(CudaSelection, NonMaxSuppressionKeepsTheReferenceBoxes) {
     REQUIRE_GPU();
     std::mt19937 rng(63);
     std::vector<Graph> graphs;
     std::vector<TensorMap> inputs;
-    for (int variant = 0; variant < 4; ++variant) {
-        const int64_t batches = variant == 3 ? 1 : 2, classes = 3, spatial = variant == 3 ? 3000 : 200;
+    for (int variant = 0; variant < 6; ++variant) {
+        const int64_t batches = variant == 3 || variant == 5 ? 1 : 2, classes = variant == 5 ? 1 : 3;
+        const int64_t spatial = variant == 3 ? 3000 : (variant >= 4 ? 20000 + 37 * variant : 200);
         Tensor boxes(DType::F32, {batches, spatial, 4});
         std::uniform_real_distribution<float> pos(0, 100), size(2, 30);
         for (int64_t i = 0; i < batches * spatial; ++i) {
@@ -101,13 +105,13 @@ TEST(CudaSelection, NonMaxSuppressionKeepsTheReferenceBoxes) {
             else if (i % 2) b[0] = y + h, b[1] = x + w, b[2] = y, b[3] = x;              // the other diagonal
             else b[0] = y, b[1] = x, b[2] = y + h, b[3] = x + w;
         }
-        Tensor scores = randomTensor({batches, classes, spatial}, rng, 0, 1);
+        Tensor scores = variant >= 4 ? coarse({batches, classes, spatial}, rng) : randomTensor({batches, classes, spatial}, rng, 0, 1);
         Node n{"nms", "NonMaxSuppression", "", {"boxes", "scores", "max", "iou"}, {"selected"}, {}};
-        if (variant != 2) n.inputs.push_back("score");
+        if (variant != 2 && variant != 5) n.inputs.push_back("score");
         if (variant == 1) n.attrs.set("center_point_box", int64_t{1});
         Graph g = oneNode(n, {f32Input("boxes", boxes.dims()), f32Input("scores", scores.dims())});
         g.opset = 11;
-        g.initializers["max"] = Tensor::fromVector<int64_t>({1}, {variant == 3 ? INT64_MAX : 10});
+        g.initializers["max"] = Tensor::fromVector<int64_t>({1}, {variant == 3 || variant == 5 ? INT64_MAX : 10});
         g.initializers["iou"] = Tensor::fromVector<float>({1}, {0.4f});
         g.initializers["score"] = Tensor::fromVector<float>({1}, {0.3f});
         graphs.push_back(g);

@@ -2,6 +2,7 @@
 // lengths depend on the data: the op reads the count back (ctx.readBack), which keeps the
 // signature out of CUDA graphs, and the values stay on the device.
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include "backends/cuda/cuda_op.h"
@@ -20,15 +21,17 @@ std::vector<DeviceTensor> topK(OpContext& ctx) {
     const int64_t k = ctx.opset >= 10 ? ctx.hostInts(1).at(0) : ctx.attrs().getInt("k");
     const int64_t len = x.dims[axis];
     ctx.require(k >= 0 && k <= len, "k=" + std::to_string(k) + " is out of range for an axis of " + std::to_string(len));
-    if (len > kMaxSortLength) ctx.unsupported("TopK over " + std::to_string(len) + " elements, above " + std::to_string(kMaxSortLength));
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < rank; ++d)
         if (d != axis) (d < axis ? outer : inner) *= x.dims[d];
+    if (outer * inner * len > INT32_MAX) ctx.unsupported("TopK over " + std::to_string(outer * inner * len) + " elements, above 2^31");
     Dims out = x.dims;
     out[axis] = k;
     DeviceTensor values = ctx.output(0, x.logical, out);
     DeviceTensor indices = ctx.output(1, DType::I64, out);
-    launchTopK(x.dtype, x.data, values.data, indices.as<int64_t>(), outer, len, inner, k, ctx.attrs().getInt("largest", 1) != 0, ctx.stream());
+    const size_t scratch_bytes = topKScratchBytes(outer, len, inner);
+    void* scratch = scratch_bytes ? ctx.res.scratch(1, scratch_bytes) : nullptr;
+    launchTopK(x.dtype, x.data, values.data, indices.as<int64_t>(), outer, len, inner, k, ctx.attrs().getInt("largest", 1) != 0, scratch, ctx.stream());
     return {values, indices};
 }
 
@@ -77,12 +80,13 @@ std::vector<DeviceTensor> nonMaxSuppression(OpContext& ctx) {
     const int64_t center = ctx.attrs().getInt("center_point_box", 0);
     ctx.require(center == 0 || center == 1, "center_point_box must be 0 or 1, got " + std::to_string(center));
     p.center_point_box = center == 1;
-    if (p.spatial > kMaxSortLength) ctx.unsupported(std::to_string(p.spatial) + " boxes, above " + std::to_string(kMaxSortLength));
+    // The sort indexes boxes as int, all classes' candidates at once.
+    if (p.batches * p.classes * p.spatial > INT32_MAX) ctx.unsupported(std::to_string(p.batches * p.classes * p.spatial) + " scores, above 2^31");
     const int64_t pairs = p.batches * p.classes;
     int64_t total = 0;
     void* scratch = nullptr;
     if (pairs > 0 && p.max_keep > 0) {
-        scratch = ctx.res.scratch(1, nmsScratchBytes(pairs, p.max_keep));
+        scratch = ctx.res.scratch(1, nmsScratchBytes(p));
         const int32_t* device_counts = launchNonMaxSuppression(boxes.dtype, p, boxes.data, scores.data, scratch, ctx.stream());
         std::vector<int32_t> counts(static_cast<size_t>(pairs));
         ctx.readBack(counts.data(), device_counts, counts.size() * sizeof(int32_t));

@@ -189,13 +189,15 @@ void launchReduce(DType t, ReduceOp op, const void* x, void* y, int64_t outer, i
 // [outer, inner]; `last` picks the last extreme (select_last_index).
 void launchArgExtreme(DType t, bool is_max, bool last, const void* x, int64_t* y, int64_t outer, int64_t r, int64_t inner, cudaStream_t s);
 
-// Selection by value. Rows longer than kMaxSortLength are refused (Error): a row is sorted
-// in one block's shared memory.
+// Selection by value. Rows up to kMaxSortLength are sorted in one block's shared memory,
+// longer ones in global memory (scratch: topKScratchBytes, nmsScratchBytes).
 constexpr int64_t kMaxSortLength = 16384;
 // TopK along the middle axis of [outer, len, inner] float data: the k largest (or smallest)
-// values and their int64 indices, sorted, ties by the lower index.
+// values and their int64 indices, sorted, ties by the lower index. `scratch` holds
+// topKScratchBytes (none for rows up to kMaxSortLength).
+size_t topKScratchBytes(int64_t outer, int64_t len, int64_t inner);
 void launchTopK(DType t, const void* x, void* values, int64_t* indices, int64_t outer, int64_t len, int64_t inner, int64_t k, bool largest,
-                cudaStream_t s);
+                void* scratch, cudaStream_t s);
 // NonZero in two steps around the host's read of the count: the select writes the count
 // (int64) at the start of `scratch` (nonZeroScratchBytes of it) and returns the flat indices
 // of the nonzero elements, in order; the unravel writes them as coordinates, out[d, count].
@@ -212,7 +214,7 @@ struct NmsProblem {
     bool center_point_box = false, has_score_threshold = false;
     float iou_threshold = 0, score_threshold = 0;
 };
-size_t nmsScratchBytes(int64_t pairs, int64_t max_keep);
+size_t nmsScratchBytes(const NmsProblem& p);
 const int32_t* launchNonMaxSuppression(DType t, const NmsProblem& p, const void* boxes, const void* scores, void* scratch, cudaStream_t s);
 void launchPackSelected(const NmsProblem& p, const void* scratch, int64_t* out, cudaStream_t s);
 

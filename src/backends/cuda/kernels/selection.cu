@@ -1,8 +1,10 @@
 // Ops that select elements by value: TopK (a bitonic sort of each row in shared memory),
 // NonZero (CUB's DeviceSelect over the flat indices) and NonMaxSuppression (one block per
 // batch and class: a sort of its candidates, then the greedy pass with the block testing
-// each candidate against the kept boxes together). Orders and ties follow the reference
-// kernels, so the results are the same indices.
+// each candidate against the kept boxes together). Rows longer than shared memory holds
+// (kMaxSortLength) are sorted in global memory by CUB's segmented stable sort instead.
+// Orders and ties follow the reference kernels, so the results are the same indices.
+#include <cub/device/device_segmented_sort.cuh>
 #include <cub/device/device_select.cuh>
 #include <thrust/iterator/counting_iterator.h>
 
@@ -144,31 +146,14 @@ __device__ bool suppresses(const Corners& a, const Corners& b, float iou_thresho
     return __fdiv_rn(inter, uni) > iou_threshold;
 }
 
-// One block per (batch, class). The candidates (scores above the threshold) are sorted by
-// descending score, ties by the lower index; each is kept unless a kept box suppresses it.
-// Writes up to max_keep (batch, class, box) triples at selected[bc * max_keep] and their
-// count at counts[bc]; kept holds the kept boxes' corners.
+// The greedy pass of one (batch, class) over its `valid` candidates idx[0, valid), in
+// descending score order: each is kept unless a kept box suppresses it. Writes up to
+// max_keep (batch, class, box) triples at selected[bc * max_keep] and their count at
+// counts[bc]; kept holds the kept boxes' corners. Every thread of the block takes part.
 template <typename T>
-__global__ void nmsKernel(const T* boxes, const T* scores, int64_t classes, int64_t spatial, bool center, int64_t max_keep, float iou_threshold,
-                          bool has_score_threshold, float score_threshold, int n2, int64_t* selected, int32_t* counts, Corners* kept) {
-    extern __shared__ unsigned char smem[];
-    float* key = reinterpret_cast<float*>(smem);
-    int* idx = reinterpret_cast<int*>(key + n2);
-    __shared__ int valid;
-    const int64_t bc = blockIdx.x, b = bc / classes, c = bc % classes;
-    const T* s = scores + bc * spatial;
-    if (threadIdx.x == 0) valid = 0;
-    __syncthreads();
-    for (int i = threadIdx.x; i < n2; i += blockDim.x) {
-        const float v = i < spatial ? toFloat(s[i]) : -INFINITY;
-        const bool ok = i < spatial && (!has_score_threshold || v > score_threshold);
-        // Rejected boxes and padding sort after every candidate.
-        key[i] = ok ? v : -INFINITY;
-        idx[i] = ok ? i : (i < spatial ? int(spatial) + i : INT_MAX);
-        if (ok) atomicAdd(&valid, 1);
-    }
-    __syncthreads();
-    bitonicSort(key, idx, n2, true);
+__device__ void greedyPass(const T* boxes, const int* idx, int valid, int64_t bc, int64_t classes, int64_t spatial, bool center, int64_t max_keep,
+                           float iou_threshold, int64_t* selected, int32_t* counts, Corners* kept) {
+    const int64_t b = bc / classes, c = bc % classes;
     Corners* my_kept = kept + bc * max_keep;
     int64_t* out = selected + bc * max_keep * 3;
     __shared__ int n_kept;
@@ -190,6 +175,54 @@ __global__ void nmsKernel(const T* boxes, const T* scores, int64_t classes, int6
     if (threadIdx.x == 0) counts[bc] = n_kept;
 }
 
+// One block per (batch, class): the candidates (scores above the threshold) sorted in shared
+// memory by descending score, ties by the lower index, then the greedy pass.
+template <typename T>
+__global__ void nmsKernel(const T* boxes, const T* scores, int64_t classes, int64_t spatial, bool center, int64_t max_keep, float iou_threshold,
+                          bool has_score_threshold, float score_threshold, int n2, int64_t* selected, int32_t* counts, Corners* kept) {
+    extern __shared__ unsigned char smem[];
+    float* key = reinterpret_cast<float*>(smem);
+    int* idx = reinterpret_cast<int*>(key + n2);
+    __shared__ int valid;
+    const int64_t bc = blockIdx.x;
+    const T* s = scores + bc * spatial;
+    if (threadIdx.x == 0) valid = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+        const float v = i < spatial ? toFloat(s[i]) : -INFINITY;
+        const bool ok = i < spatial && (!has_score_threshold || v > score_threshold);
+        // Rejected boxes and padding sort after every candidate.
+        key[i] = ok ? v : -INFINITY;
+        idx[i] = ok ? i : (i < spatial ? int(spatial) + i : INT_MAX);
+        if (ok) atomicAdd(&valid, 1);
+    }
+    __syncthreads();
+    bitonicSort(key, idx, n2, true);
+    greedyPass(boxes, idx, valid, bc, classes, spatial, center, max_keep, iou_threshold, selected, counts, kept);
+}
+
+// Long rows: the keys of every (batch, class), rejected boxes at -inf (after every candidate
+// once sorted), and the count of candidates per (batch, class) in valid[] (zeroed before).
+template <typename T>
+__global__ void nmsKeysKernel(const T* scores, int64_t n, int64_t spatial, bool has_score_threshold, float score_threshold, float* keys, int* idx,
+                              int* valid) {
+    const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= n) return;
+    const float v = toFloat(scores[e]);
+    const bool ok = !has_score_threshold || v > score_threshold;
+    keys[e] = ok ? v : -INFINITY;
+    idx[e] = int(e % spatial);
+    if (ok) atomicAdd(&valid[e / spatial], 1);
+}
+
+// Long rows: the greedy pass over the candidates sorted in global memory.
+template <typename T>
+__global__ void nmsSortedKernel(const T* boxes, const int* sorted_idx, const int* valid, int64_t classes, int64_t spatial, bool center, int64_t max_keep,
+                                float iou_threshold, int64_t* selected, int32_t* counts, Corners* kept) {
+    const int64_t bc = blockIdx.x;
+    greedyPass(boxes, sorted_idx + bc * spatial, valid[bc], bc, classes, spatial, center, max_keep, iou_threshold, selected, counts, kept);
+}
+
 // Packs each (batch, class)'s triples after those of the ones before it.
 __global__ void packSelectedKernel(const int64_t* selected, const int32_t* counts, int64_t max_keep, int64_t* out) {
     __shared__ int64_t offset;
@@ -205,6 +238,84 @@ __global__ void packSelectedKernel(const int64_t* selected, const int32_t* count
 
 size_t sortBytes(int n2) { return static_cast<size_t>(n2) * (sizeof(float) + sizeof(int)); }
 
+// Rows sorted in global memory: keys and indices in, the same sorted out, the segments'
+// offsets, and CUB's temporary storage, carved out of one scratch buffer.
+struct RowSort {
+    float *keys_in, *keys;
+    int *idx_in, *idx, *offsets;
+    void* temp;
+    size_t temp_bytes;
+};
+
+size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+size_t rowSortTempBytes(int64_t rows, int64_t len) {
+    size_t asc = 0, desc = 0;
+    const int n = static_cast<int>(rows * len), segments = static_cast<int>(rows);
+    cub::DeviceSegmentedSort::StableSortPairs(nullptr, asc, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), static_cast<const int*>(nullptr),
+                                              static_cast<int*>(nullptr), n, segments, static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
+    cub::DeviceSegmentedSort::StableSortPairsDescending(nullptr, desc, static_cast<const float*>(nullptr), static_cast<float*>(nullptr),
+                                                        static_cast<const int*>(nullptr), static_cast<int*>(nullptr), n, segments,
+                                                        static_cast<const int*>(nullptr), static_cast<const int*>(nullptr));
+    return std::max(asc, desc);
+}
+
+size_t rowSortBytes(int64_t rows, int64_t len) {
+    const size_t items = static_cast<size_t>(rows * len);
+    return 4 * align256(items * 4) + align256(static_cast<size_t>(rows + 1) * 4) + align256(rowSortTempBytes(rows, len));
+}
+
+RowSort carveRowSort(void* scratch, int64_t rows, int64_t len) {
+    const size_t items = align256(static_cast<size_t>(rows * len) * 4);
+    char* p = static_cast<char*>(scratch);
+    RowSort r;
+    r.keys_in = reinterpret_cast<float*>(p), p += items;
+    r.keys = reinterpret_cast<float*>(p), p += items;
+    r.idx_in = reinterpret_cast<int*>(p), p += items;
+    r.idx = reinterpret_cast<int*>(p), p += items;
+    r.offsets = reinterpret_cast<int*>(p), p += align256(static_cast<size_t>(rows + 1) * 4);
+    r.temp = p;
+    r.temp_bytes = align256(rowSortTempBytes(rows, len));
+    return r;
+}
+
+__global__ void rowOffsetsKernel(int* offsets, int64_t rows, int64_t len) {
+    const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (r <= rows) offsets[r] = static_cast<int>(r * len);
+}
+
+// Sorts each row of keys_in (with idx_in along) into keys/idx, stably: equal keys keep their
+// order, so indices filled in ascending order break ties by the lower index.
+void sortRows(RowSort& r, int64_t rows, int64_t len, bool descending, cudaStream_t s) {
+    rowOffsetsKernel<<<gridFor(rows + 1, 256), 256, 0, s>>>(r.offsets, rows, len);
+    const int n = static_cast<int>(rows * len), segments = static_cast<int>(rows);
+    cudaError_t e = descending ? cub::DeviceSegmentedSort::StableSortPairsDescending(r.temp, r.temp_bytes, r.keys_in, r.keys, r.idx_in, r.idx, n, segments,
+                                                                                       r.offsets, r.offsets + 1, s)
+                               : cub::DeviceSegmentedSort::StableSortPairs(r.temp, r.temp_bytes, r.keys_in, r.keys, r.idx_in, r.idx, n, segments, r.offsets,
+                                                                           r.offsets + 1, s);
+    if (e != cudaSuccess) throw Error(std::string("segmented sort failed: ") + cudaGetErrorString(e));
+}
+
+// Long TopK rows: row r = (o, in) of [outer, len, inner] gathered into keys[r * len + j].
+template <typename T>
+__global__ void topKKeysKernel(const T* x, int64_t len, int64_t inner, int64_t n, float* keys, int* idx) {
+    const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= n) return;
+    const int64_t r = e / len, j = e % len, o = r / inner, in = r % inner;
+    keys[e] = toFloat(x[(o * len + j) * inner + in]);
+    idx[e] = static_cast<int>(j);
+}
+
+template <typename T>
+__global__ void topKWriteKernel(const T* x, const int* sorted_idx, int64_t len, int64_t inner, int64_t k, int64_t n, T* values, int64_t* indices) {
+    const int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (e >= n) return;
+    const int64_t r = e / k, j = e % k, o = r / inner, in = r % inner;
+    const int64_t src = sorted_idx[r * len + j];
+    values[(o * k + j) * inner + in] = x[(o * len + src) * inner + in];
+    indices[(o * k + j) * inner + in] = src;
+}
+
 template <typename K>
 void allowSharedMemory(K kernel, size_t bytes) {
     if (bytes > 48 * 1024) cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
@@ -212,11 +323,25 @@ void allowSharedMemory(K kernel, size_t bytes) {
 
 }  // namespace
 
+size_t topKScratchBytes(int64_t outer, int64_t len, int64_t inner) { return len > kMaxSortLength ? rowSortBytes(outer * inner, len) : 0; }
+
 void launchTopK(DType t, const void* x, void* values, int64_t* indices, int64_t outer, int64_t len, int64_t inner, int64_t k, bool largest,
-                cudaStream_t s) {
+                void* scratch, cudaStream_t s) {
     if (outer * inner == 0 || k == 0) return;
-    if (len > kMaxSortLength) throw Error("TopK: " + std::to_string(len) + " elements per row, above " + std::to_string(kMaxSortLength));
     clearStaleError();
+    if (len > kMaxSortLength) {
+        const int64_t rows = outer * inner, n = rows * len;
+        RowSort r = carveRowSort(scratch, rows, len);
+        dispatchDeviceFloat(t, "TopK", [&](auto* tag) {
+            using T = std::remove_pointer_t<decltype(tag)>;
+            topKKeysKernel<T><<<gridFor(n, 256), 256, 0, s>>>(static_cast<const T*>(x), len, inner, n, r.keys_in, r.idx_in);
+            sortRows(r, rows, len, largest, s);
+            topKWriteKernel<T><<<gridFor(rows * k, 256), 256, 0, s>>>(static_cast<const T*>(x), r.idx, len, inner, k, rows * k, static_cast<T*>(values),
+                                                                     indices);
+        });
+        checkLaunch("TopK");
+        return;
+    }
     const int n2 = pow2AtLeast(len);
     const size_t bytes = sortBytes(n2);
     dispatchDeviceFloat(t, "TopK", [&](auto* tag) {
@@ -259,17 +384,38 @@ void launchUnravel(const int64_t* flat, int64_t count, const Shape6& shape, int6
     checkLaunch("NonZero unravel");
 }
 
-size_t nmsScratchBytes(int64_t pairs, int64_t max_keep) {
-    return static_cast<size_t>(pairs * max_keep) * (3 * sizeof(int64_t) + sizeof(Corners)) + static_cast<size_t>(pairs) * sizeof(int32_t) + 256;
+size_t nmsScratchBytes(const NmsProblem& p) {
+    const int64_t pairs = p.batches * p.classes;
+    const size_t own = align256(static_cast<size_t>(pairs * p.max_keep) * (3 * sizeof(int64_t) + sizeof(Corners)) + static_cast<size_t>(pairs) * sizeof(int32_t));
+    if (p.spatial <= kMaxSortLength) return own;
+    return own + align256(static_cast<size_t>(pairs) * sizeof(int)) + rowSortBytes(pairs, p.spatial);
 }
 
 const int32_t* launchNonMaxSuppression(DType t, const NmsProblem& p, const void* boxes, const void* scores, void* scratch, cudaStream_t s) {
-    if (p.spatial > kMaxSortLength) throw Error("NonMaxSuppression: " + std::to_string(p.spatial) + " boxes, above " + std::to_string(kMaxSortLength));
     clearStaleError();
     const int64_t pairs = p.batches * p.classes;
     auto* selected = static_cast<int64_t*>(scratch);
     auto* kept = reinterpret_cast<Corners*>(selected + pairs * p.max_keep * 3);
     auto* counts = reinterpret_cast<int32_t*>(kept + pairs * p.max_keep);
+    if (p.spatial > kMaxSortLength) {
+        NmsProblem own = p;
+        own.spatial = 0;  // the size of the part before the sort's
+        char* after = static_cast<char*>(scratch) + nmsScratchBytes(own);
+        int* valid = reinterpret_cast<int*>(after);
+        RowSort r = carveRowSort(after + align256(static_cast<size_t>(pairs) * sizeof(int)), pairs, p.spatial);
+        const int64_t n = pairs * p.spatial;
+        if (cudaMemsetAsync(valid, 0, static_cast<size_t>(pairs) * sizeof(int), s) != cudaSuccess) throw Error("NonMaxSuppression: cudaMemsetAsync failed");
+        dispatchDeviceFloat(t, "NonMaxSuppression", [&](auto* tag) {
+            using T = std::remove_pointer_t<decltype(tag)>;
+            nmsKeysKernel<T><<<gridFor(n, 256), 256, 0, s>>>(static_cast<const T*>(scores), n, p.spatial, p.has_score_threshold, p.score_threshold, r.keys_in,
+                                                             r.idx_in, valid);
+            sortRows(r, pairs, p.spatial, true, s);
+            nmsSortedKernel<T><<<static_cast<unsigned>(pairs), 256, 0, s>>>(static_cast<const T*>(boxes), r.idx, valid, p.classes, p.spatial,
+                                                                            p.center_point_box, p.max_keep, p.iou_threshold, selected, counts, kept);
+        });
+        checkLaunch("NonMaxSuppression");
+        return counts;
+    }
     const int n2 = pow2AtLeast(p.spatial);
     const size_t bytes = sortBytes(n2);
     dispatchDeviceFloat(t, "NonMaxSuppression", [&](auto* tag) {
