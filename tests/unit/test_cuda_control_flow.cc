@@ -67,7 +67,7 @@ TEST(CudaControlFlow, IfRunsTheBranchTheDeviceChoseOnTheDevice) {
     const Graph g = deviceConditionGraph(dims);
     std::mt19937 rng(91);
     const Tensor x = randomTensor(dims, rng, 0.1f, 1.f);
-    Tensor minus_x = x;
+    Tensor minus_x = x.clone();  // a Tensor copy shares its buffer
     for (float& v : minus_x.span<float>()) v = -v;
     const std::vector<const Tensor*> runs{&x, &minus_x, &minus_x, &x, &x};
     std::vector<std::vector<Tensor>> want;

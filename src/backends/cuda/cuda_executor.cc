@@ -79,6 +79,9 @@ struct CudaExecutor::Impl {
     CudaOptions options;
     Resources res;
     DType storage = DType::F16;
+    // The storage of the graph being enqueued: `storage` for the main graph, F32 inside If
+    // branches (runSubgraph says why).
+    DType frame_storage = DType::F16;
     bool tf32 = false, use_graphs = true;
     std::unordered_map<std::string, DeviceTensor> weights;
     std::deque<DeviceBuffer> weight_buffers;  // deque: growing never moves a buffer
@@ -144,6 +147,7 @@ struct CudaExecutor::Impl {
     Impl(const Graph& g, CudaOptions o) : graph(g), options(std::move(o)) {
         const std::string precision = routeValue(options.route, "precision.activations");
         storage = precision == "f32" ? DType::F32 : (precision == "bf16" ? DType::BF16 : DType::F16);
+        frame_storage = storage;
         tf32 = routeOn(options.route, "precision.tf32");
         use_graphs = routeOn(options.route, "runtime.cuda_graph");
         if (const char* p = std::getenv("KILN_PROFILE")) {
@@ -177,7 +181,15 @@ struct CudaExecutor::Impl {
         }
     }
 
-    DType physicalOf(DType logical) const { return logical == DType::F32 ? storage : logical; }
+    DType physicalOf(DType logical) const { return logical == DType::F32 ? frame_storage : logical; }
+
+    // Sets frame_storage for a scope, restoring it on the way out (exceptions included).
+    struct ScopedStorage {
+        DType& slot;
+        DType before;
+        ScopedStorage(DType& s, DType now) : slot(s), before(s) { s = now; }
+        ~ScopedStorage() { slot = before; }
+    };
 
     bool capturing() const {
         cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -199,6 +211,7 @@ struct CudaExecutor::Impl {
     // Initializers of If/Loop/Scan subgraphs, nested ones too, uploaded with the weights (not
     // when a branch first runs: that may be inside a graph capture).
     void uploadSubgraphWeights(const Graph& g, const std::string& prefix) {
+        ScopedStorage f32(frame_storage, DType::F32);
         for (const Node& n : g.nodes)
             for (const auto& attr : subgraphAttributes(n)) {
                 const std::string inner = prefix + subgraphPrefix(n, attr);
@@ -348,7 +361,7 @@ struct CudaExecutor::Impl {
                     on_cpu = true;
                 } else {
                     auto t = options.tactics.find(name);
-                    OpContext ctx{node, g.opset, in, res, options.route, storage, tf32, t == options.tactics.end() ? "" : t->second,
+                    OpContext ctx{node, g.opset, in, res, options.route, frame_storage, tf32, t == options.tactics.end() ? "" : t->second,
                                   options.calibrate && rs.mode == Mode::Record, "", &frame.states[i],
                                   [&](size_t k, DType dt, const Dims& d) { return allocate(rs, plan_at, prefix + node.outputs.at(k), dt, d); }, {},
                                   [&](size_t k) { materialize(sig, prefix + node.inputs[k], values.at(node.inputs[k])); }, &sig.capturable,
@@ -386,9 +399,26 @@ struct CudaExecutor::Impl {
     // Runs subgraph `attribute` of `node` on the device: `scope` holds the values it reads
     // from outside (by their names inside), its initializers are uploaded already. Returns
     // its outputs, which may view memory that is only planned while the node runs.
+    // Branches compute in f32 whatever the engine's storage: in exported detectors they are
+    // the post-processing, where f16 loses what the model needs (torchvision's batched NMS
+    // offsets boxes by class times the largest coordinate: 29000 and more, where f16 steps by
+    // 16). Captured f16 values are widened on the way in; the If widens or narrows its outputs.
     std::vector<DeviceTensor> runSubgraph(RunState& rs, const Node& node, const std::string& prefix, const std::string& attribute, size_t at,
                                           std::unordered_map<std::string, DeviceTensor> scope) {
         const auto g = node.attrs.getGraph(attribute);
+        ScopedStorage f32(frame_storage, DType::F32);
+        for (auto& [name, t] : scope) {
+            if (t.logical != DType::F32 || t.dtype == DType::F32) continue;
+            if (!t.data) {  // known on the host only: uploaded as f32 when a GPU op reads it
+                t.dtype = DType::F32;
+                continue;
+            }
+            DeviceTensor wide = allocate(rs, at, prefix + name + "#f32", DType::F32, t.dims);
+            wide.logical = DType::F32;
+            wide.host = t.host;
+            launchCast(t.dtype, DType::F32, t.data, wide.data, t.numel(), res.stream());
+            t = wide;
+        }
         for (const auto& [name, w] : subgraph_weights.at(prefix)) scope.emplace(name, w);
         enqueueNodes(rs, *g, rs.sig->subgraphs[prefix], prefix, at, scope, false);
         std::vector<DeviceTensor> outs;

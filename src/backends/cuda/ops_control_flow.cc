@@ -1,8 +1,8 @@
 // If on the GPU. The condition is read on the host (a copy back when the device computed
 // it, which keeps the signature out of CUDA graphs, as ONNX Runtime's and TensorRT's
 // data-dependent branches do); the branch taken runs on the device like the graph around
-// it. Its outer values arrive as the node's inputs after the condition, named inside by
-// attribute "captures" (liftCaptures in ir/graph.h).
+// it, in f32 (CudaExecutor's runSubgraph says why). Its outer values arrive as the node's
+// inputs after the condition, named inside by attribute "captures" (liftCaptures in ir/graph.h).
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_op.h"
 
@@ -33,17 +33,21 @@ std::vector<DeviceTensor> ifOp(OpContext& ctx) {
     std::vector<DeviceTensor> outs = ctx.run_subgraph(branch, std::move(scope));
     if (outs.size() != ctx.node.outputs.size())
         ctx.require(false, std::string(branch) + " has " + std::to_string(outs.size()) + " outputs, the node " + std::to_string(ctx.node.outputs.size()));
-    // The branch's memory is planned only while the node runs: outputs move to the node's own.
+    // The branch's memory is planned only while the node runs: outputs move to the node's own,
+    // in the graph's storage type (the branch computed in f32).
     std::vector<DeviceTensor> result;
     for (size_t k = 0; k < outs.size(); ++k) {
-        const DeviceTensor& b = outs[k];
+        DeviceTensor b = outs[k];
+        const DType physical = b.logical == DType::F32 ? ctx.storage : b.dtype;
         if (!b.data && b.host) {  // known on the host (a constant branch): stays there
+            b.dtype = physical;
             result.push_back(b);
             continue;
         }
-        DeviceTensor y = ctx.allocate(k, b.dtype, b.dims);
+        DeviceTensor y = ctx.allocate(k, physical, b.dims);
         y.logical = b.logical;
-        if (b.bytes()) KILN_CUDA_CHECK(cudaMemcpyAsync(y.data, b.data, b.bytes(), cudaMemcpyDeviceToDevice, ctx.stream()));
+        if (physical != b.dtype) launchCast(b.dtype, physical, b.data, y.data, b.numel(), ctx.stream());
+        else if (b.bytes()) KILN_CUDA_CHECK(cudaMemcpyAsync(y.data, b.data, b.bytes(), cudaMemcpyDeviceToDevice, ctx.stream()));
         y.host = b.host;
         result.push_back(y);
     }
