@@ -133,8 +133,8 @@ TEST(LlmServer, OpenAiEndpointsStreamingErrorsAndLoad) {
     expectError(R"({"prompt": [1], "temperature": "hot"})", 400, "param", "temperature");
 
     // Load: 500 requests from 25 client threads, a third streamed and dropped after the
-    // first event (cancellation); a small queue sends some back with 429. Every greedy
-    // completion that was served equals its batch-1 run; none is lost.
+    // first event (cancellation); a small queue sends some back with 429 and they are sent
+    // again. Every greedy completion equals its batch-1 run; none is lost.
     std::atomic<int> ok{0}, rejected{0}, cancelled{0}, wrong{0};
     std::mutex log_mutex;
     std::string failures;
@@ -152,20 +152,27 @@ TEST(LlmServer, OpenAiEndpointsStreamingErrorsAndLoad) {
                     continue;
                 }
                 const std::string payload = json{{"prompt", p}, {"max_tokens", n}, {"temperature", 0}}.dump();
-                auto res = local.Post("/v1/completions", payload, "application/json");
-                if (!res) {  // httplib 0.11's client now and then loses a response on a busy loopback (curl saw none): resend once
-                    httplib::Client again("127.0.0.1", server.port);
-                    again.set_read_timeout(60, 0);
-                    res = again.Post("/v1/completions", payload, "application/json");
+                auto post = [&] {
+                    auto r = local.Post("/v1/completions", payload, "application/json");
+                    if (!r) {  // httplib 0.11's client now and then loses a response on a busy loopback (curl saw none): resend once
+                        httplib::Client again("127.0.0.1", server.port);
+                        again.set_read_timeout(60, 0);
+                        r = again.Post("/v1/completions", payload, "application/json");
+                    }
+                    return r;
+                };
+                // A 429 is sent again after a pause, as a client honouring back-pressure would: how
+                // many come back depends on the machine's speed, but every request is served in the end.
+                auto res = post();
+                for (int attempt = 0; attempt < 400 && res && res->status == 429; ++attempt) {
+                    ++rejected;
+                    std::this_thread::sleep_for(std::chrono::milliseconds(5 + (t + attempt) % 10));
+                    res = post();
                 }
                 if (!res) {
                     ++wrong;
                     std::lock_guard<std::mutex> lock(log_mutex);
                     failures += "no response (" + httplib::to_string(res.error()) + ")\n";
-                    continue;
-                }
-                if (res->status == 429) {
-                    ++rejected;
                     continue;
                 }
                 const json j = json::parse(res->body, nullptr, false);
@@ -180,8 +187,8 @@ TEST(LlmServer, OpenAiEndpointsStreamingErrorsAndLoad) {
         });
     for (auto& th : clients) th.join();
     EXPECT_EQ(wrong.load(), 0) << failures;
-    EXPECT_EQ(ok + rejected + cancelled, 500);
-    EXPECT_GT(ok.load(), 100);
+    EXPECT_EQ(ok + cancelled, 500);  // every request not dropped by its client was served
+    EXPECT_GT(rejected.load(), 0) << "the small queue was expected to send some requests back";
     auto after = cli.Get("/health");
     ASSERT_TRUE(after);
     EXPECT_EQ(after->status, 200);
