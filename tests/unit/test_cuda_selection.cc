@@ -87,15 +87,15 @@ TEST(CudaSelection, NonZeroMatchesTheReferenceRunAfterRun) {
 // NonMaxSuppression with corner and center boxes, with and without a score threshold,
 // several batches and classes, a limit of kept boxes and INT64_MAX ("no limit"), and rows
 // longer than shared memory sorts (variants 4 and 5: sorted in global memory; coarse scores,
-// so that ties are common).
+// so that ties are common). Variant 6's limit falls after the first tile of candidates.
 TEST(CudaSelection, NonMaxSuppressionKeepsTheReferenceBoxes) {
     REQUIRE_GPU();
     std::mt19937 rng(63);
     std::vector<Graph> graphs;
     std::vector<TensorMap> inputs;
-    for (int variant = 0; variant < 6; ++variant) {
+    for (int variant = 0; variant < 7; ++variant) {
         const int64_t batches = variant == 3 || variant == 5 ? 1 : 2, classes = variant == 5 ? 1 : 3;
-        const int64_t spatial = variant == 3 ? 3000 : (variant >= 4 ? 20000 + 37 * variant : 200);
+        const int64_t spatial = variant == 3 || variant == 6 ? 3000 : (variant >= 4 ? 20000 + 37 * variant : 200);
         Tensor boxes(DType::F32, {batches, spatial, 4});
         std::uniform_real_distribution<float> pos(0, 100), size(2, 30);
         for (int64_t i = 0; i < batches * spatial; ++i) {
@@ -111,7 +111,7 @@ TEST(CudaSelection, NonMaxSuppressionKeepsTheReferenceBoxes) {
         if (variant == 1) n.attrs.set("center_point_box", int64_t{1});
         Graph g = oneNode(n, {f32Input("boxes", boxes.dims()), f32Input("scores", scores.dims())});
         g.opset = 11;
-        g.initializers["max"] = Tensor::fromVector<int64_t>({1}, {variant == 3 || variant == 5 ? INT64_MAX : 10});
+        g.initializers["max"] = Tensor::fromVector<int64_t>({1}, {variant == 3 || variant == 5 ? INT64_MAX : (variant == 6 ? 300 : 10)});
         g.initializers["iou"] = Tensor::fromVector<float>({1}, {0.4f});
         g.initializers["score"] = Tensor::fromVector<float>({1}, {0.3f});
         graphs.push_back(g);

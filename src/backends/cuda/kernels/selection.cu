@@ -149,32 +149,84 @@ __device__ bool suppresses(const Corners& a, const Corners& b, float iou_thresho
 // The greedy pass of one (batch, class) over its `valid` candidates idx[0, valid), in
 // descending score order: each is kept unless a kept box suppresses it. Writes up to
 // max_keep (batch, class, box) triples at selected[bc * max_keep] and their count at
-// counts[bc]; kept holds the kept boxes' corners. The block's first warp does it, a vote per
-// candidate (a block barrier per candidate cost about 1 us: 8400 candidates took 10 ms).
+// counts[bc]; kept holds the kept boxes' corners.
+//
+// One candidate at a time costs a round of memory latency and a vote per candidate, times
+// the kept boxes (yolo's 8400 candidates with thousands kept took 100 ms). So the block takes
+// kNmsTile candidates at once: each thread tests its own against the boxes kept before the
+// tile, then marks which later candidates of the tile it would suppress; one thread then
+// settles the tile in order over those bits. The result is the one-at-a-time pass's.
+constexpr int kNmsTile = 256;  // the block size of both NMS kernels
+constexpr int kNmsWords = kNmsTile / 32;
+
 template <typename T>
 __device__ void greedyPass(const T* boxes, const int* idx, int valid, int64_t bc, int64_t classes, int64_t spatial, bool center, int64_t max_keep,
                            float iou_threshold, int64_t* selected, int32_t* counts, Corners* kept) {
-    if (threadIdx.x >= 32) return;
-    const int lane = static_cast<int>(threadIdx.x);
+    __shared__ Corners tile_box[kNmsTile];
+    __shared__ int tile_idx[kNmsTile];
+    __shared__ uint32_t later[kNmsTile][kNmsWords];  // bit u of row t: candidate t suppresses u
+    __shared__ uint32_t alive[kNmsWords];             // not suppressed by a box kept before the tile
+    __shared__ int new_pos[kNmsTile];
+    __shared__ int n_new;
+    const int t = static_cast<int>(threadIdx.x);
     const int64_t b = bc / classes, c = bc % classes;
     Corners* my_kept = kept + bc * max_keep;
     int64_t* out = selected + bc * max_keep * 3;
     const T* batch_boxes = boxes + b * spatial * 4;
-    int64_t n_kept = 0;  // the same in every lane
-    for (int j = 0; j < valid && n_kept < max_keep; ++j) {
-        const int i = idx[j];
-        const Corners box = cornersAt(batch_boxes + int64_t(i) * 4, center);
-        bool hit = false;
-        for (int64_t q = lane; q < n_kept && !hit; q += 32) hit = suppresses(box, my_kept[q], iou_threshold);
-        if (__any_sync(0xffffffffu, hit)) continue;
-        if (lane == 0) {
-            my_kept[n_kept] = box;
-            out[n_kept * 3] = b, out[n_kept * 3 + 1] = c, out[n_kept * 3 + 2] = i;
+    int64_t n_kept = 0;  // the same in every thread
+    for (int base = 0; base < valid && n_kept < max_keep; base += kNmsTile) {
+        const int tile = min(kNmsTile, valid - base);
+        const bool mine = t < tile;
+        Corners box{};
+        if (mine) {
+            tile_idx[t] = idx[base + t];
+            box = cornersAt(batch_boxes + int64_t(tile_idx[t]) * 4, center);
         }
-        ++n_kept;
-        __syncwarp();  // the new box is visible to every lane before the next test
+        tile_box[t] = box;
+        bool hit = !mine;
+        for (int64_t q = 0; q < n_kept && !hit; ++q) hit = suppresses(box, my_kept[q], iou_threshold);
+        const uint32_t vote = __ballot_sync(0xffffffffu, !hit);
+        if (t % 32 == 0) alive[t / 32] = vote;
+        __syncthreads();
+#pragma unroll
+        for (int w = 0; w < kNmsWords; ++w) {
+            uint32_t bits = 0;
+            for (int lane = 0; lane < 32 && !hit; ++lane) {
+                const int u = w * 32 + lane;
+                if (u > t && u < tile && suppresses(tile_box[u], box, iou_threshold)) bits |= 1u << lane;
+            }
+            later[t][w] = bits;
+        }
+        __syncthreads();
+        if (t == 0) {
+            uint32_t removed[kNmsWords] = {};
+            int k = 0;
+            const int64_t room = max_keep - n_kept;
+#pragma unroll
+            for (int w = 0; w < kNmsWords; ++w) {
+                uint32_t pending = alive[w] & ~removed[w];
+                while (pending && k < room) {
+                    const int u = w * 32 + __ffs(pending) - 1;
+                    new_pos[k++] = u;
+#pragma unroll
+                    for (int w2 = 0; w2 < kNmsWords; ++w2) removed[w2] |= later[u][w2];
+                    pending &= pending - 1;
+                    pending &= ~removed[w];
+                }
+            }
+            n_new = k;
+        }
+        __syncthreads();
+        if (t < n_new) {
+            const int u = new_pos[t];
+            my_kept[n_kept + t] = tile_box[u];
+            int64_t* o = out + (n_kept + t) * 3;
+            o[0] = b, o[1] = c, o[2] = tile_idx[u];
+        }
+        n_kept += n_new;
+        __syncthreads();  // the new boxes are visible, and the tile's shared memory free, before the next tile
     }
-    if (lane == 0) counts[bc] = static_cast<int32_t>(n_kept);
+    if (t == 0) counts[bc] = static_cast<int32_t>(n_kept);
 }
 
 // One block per (batch, class): the candidates (scores above the threshold) sorted in shared
@@ -412,7 +464,7 @@ const int32_t* launchNonMaxSuppression(DType t, const NmsProblem& p, const void*
             nmsKeysKernel<T><<<gridFor(n, 256), 256, 0, s>>>(static_cast<const T*>(scores), n, p.spatial, p.has_score_threshold, p.score_threshold, r.keys_in,
                                                              r.idx_in, valid);
             sortRows(r, pairs, p.spatial, true, s);
-            nmsSortedKernel<T><<<static_cast<unsigned>(pairs), 32, 0, s>>>(static_cast<const T*>(boxes), r.idx, valid, p.classes, p.spatial,
+            nmsSortedKernel<T><<<static_cast<unsigned>(pairs), kNmsTile, 0, s>>>(static_cast<const T*>(boxes), r.idx, valid, p.classes, p.spatial,
                                                                             p.center_point_box, p.max_keep, p.iou_threshold, selected, counts, kept);
         });
         checkLaunch("NonMaxSuppression");
@@ -423,7 +475,7 @@ const int32_t* launchNonMaxSuppression(DType t, const NmsProblem& p, const void*
     dispatchDeviceFloat(t, "NonMaxSuppression", [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
         allowSharedMemory(nmsKernel<T>, bytes);
-        nmsKernel<T><<<static_cast<unsigned>(pairs), 256, bytes, s>>>(static_cast<const T*>(boxes), static_cast<const T*>(scores), p.classes, p.spatial,
+        nmsKernel<T><<<static_cast<unsigned>(pairs), kNmsTile, bytes, s>>>(static_cast<const T*>(boxes), static_cast<const T*>(scores), p.classes, p.spatial,
                                                                       p.center_point_box, p.max_keep, p.iou_threshold, p.has_score_threshold,
                                                                       p.score_threshold, n2, selected, counts, kept);
     });
