@@ -304,8 +304,8 @@ TEST(CudaBackend, IntegerAndBoolUnaryOpsMatchTheReference) {
                      {{{"a", a}, {"d", d}}, {{"a", a}, {"d", d}}, {{"f", f}, {"g", g}}});
 }
 
-// ArgMax/ArgMin (ties, select_last_index, keepdims off, inner axes), GatherElements (negative
-// and int32 indices, an inner axis) and InstanceNormalization run on the GPU.
+// ArgMax/ArgMin (ties, select_last_index, keepdims off, inner axes, integers), GatherElements
+// (negative and int32 indices, an inner axis) and InstanceNormalization run on the GPU.
 TEST(CudaBackend, ArgExtremesGatherElementsAndInstanceNormMatchTheReference) {
     REQUIRE_GPU();
     std::mt19937 rng(45);
@@ -323,6 +323,20 @@ TEST(CudaBackend, ArgExtremesGatherElementsAndInstanceNormMatchTheReference) {
             graphs.push_back(oneNode(n, {vx}));
             inputs.push_back({{"x", x}});
         }
+    // Integer ArgMax (CLIP takes the end token's position as the argmax of its ids), with ties
+    // and int64 values that f32 would round together.
+    for (DType it : {DType::I64, DType::I32}) {
+        Tensor ids(it, {3, 9});
+        for (int64_t i = 0; i < ids.numel(); ++i) {
+            const int64_t v = static_cast<int64_t>(rng() % 6);
+            if (it == DType::I64) ids.data<int64_t>()[i] = (int64_t{1} << 40) + v;
+            else ids.data<int32_t>()[i] = static_cast<int32_t>(v) - 3;
+        }
+        Node n{"argmax_" + std::string(dtypeName(it)), "ArgMax", "", {"x"}, {"y"}, {}};
+        n.attrs.set("axis", int64_t{-1});
+        graphs.push_back(oneNode(n, {{"x", it, Shape::fromDims({3, 9})}}));
+        inputs.push_back({{"x", ids}});
+    }
     for (DType it : {DType::I64, DType::I32}) {
         Tensor idx(it, {3, 7, 4});
         for (int64_t i = 0; i < idx.numel(); ++i) {

@@ -44,7 +44,7 @@ std::vector<DeviceTensor> reduce(OpContext& ctx) {
 
 std::vector<DeviceTensor> argExtreme(OpContext& ctx) {
     const DeviceTensor& x = ctx.input(0);
-    const DType t = ctx.floatType(0);
+    const DType t = x.dtype == DType::I32 || x.dtype == DType::I64 ? x.dtype : ctx.floatType(0);
     const int64_t rank = static_cast<int64_t>(x.dims.size());
     int64_t axis = ctx.attrs().getInt("axis", 0);
     if (axis < 0) axis += rank;

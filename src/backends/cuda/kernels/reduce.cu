@@ -2,6 +2,7 @@
 // ReduceMean, ReduceMax, ReduceMin (f32 accumulation). inner == 1 reduces contiguous rows,
 // one block each; otherwise one thread per (outer, inner) walks R, reads coalesced over inner.
 #include <cfloat>
+#include <type_traits>
 
 #include "backends/cuda/kernels/device_math.cuh"
 
@@ -54,17 +55,23 @@ __global__ void reduceStridedKernel(ReduceOp op, const T* x, T* y, int64_t outer
 
 // ArgMax/ArgMin: one thread per (outer, inner) line; the first extreme, or the last with
 // `last` (select_last_index), compared in f32 as the reference compares in double (f32 and
-// f16 values convert exactly).
+// f16 values convert exactly); integers (token ids) as themselves.
+template <typename T>
+__device__ __forceinline__ auto argKey(T v) {
+    if constexpr (std::is_integral_v<T>) return v;
+    else return toFloat(v);
+}
+
 template <typename T>
 __global__ void argExtremeKernel(bool is_max, bool last, const T* x, int64_t* y, int64_t outer, int64_t r, int64_t inner) {
     const int64_t n = outer * inner;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t o = i / inner, k = i % inner;
         const T* p = x + o * r * inner + k;
-        float best = toFloat(p[0]);
+        auto best = argKey(p[0]);
         int64_t at = 0;
         for (int64_t j = 1; j < r; ++j) {
-            const float v = toFloat(p[j * inner]);
+            const auto v = argKey(p[j * inner]);
             if (is_max ? (v > best || (last && v == best)) : (v < best || (last && v == best))) best = v, at = j;
         }
         y[i] = at;
@@ -76,10 +83,13 @@ __global__ void argExtremeKernel(bool is_max, bool last, const T* x, int64_t* y,
 void launchArgExtreme(DType t, bool is_max, bool last, const void* x, int64_t* y, int64_t outer, int64_t r, int64_t inner, cudaStream_t s) {
     if (outer * inner == 0) return;
     clearStaleError();
-    dispatchDeviceFloat(t, "ArgMax/ArgMin", [&](auto* tag) {
+    auto launch = [&](auto* tag) {
         using T = std::remove_pointer_t<decltype(tag)>;
         argExtremeKernel<T><<<gridFor(outer * inner, 256), 256, 0, s>>>(is_max, last, static_cast<const T*>(x), y, outer, r, inner);
-    });
+    };
+    if (t == DType::I32) launch(static_cast<int32_t*>(nullptr));
+    else if (t == DType::I64) launch(static_cast<int64_t*>(nullptr));
+    else dispatchDeviceFloat(t, "ArgMax/ArgMin", launch);
     checkLaunch("arg extreme");
 }
 
