@@ -192,19 +192,51 @@ std::map<std::string, Dims> Builder::buildShapes(const Engine& e) const {
     return shapes;
 }
 
+namespace {
+
+// Op types of a graph and of its subgraphs.
+void collectOpTypes(const Graph& g, std::set<std::string>& out) {
+    for (const Node& n : g.nodes) {
+        out.insert(n.op_type);
+        for (const auto& attr : subgraphAttributes(n)) collectOpTypes(*n.attrs.getGraph(attr), out);
+    }
+}
+
+// Parameters read after the passes: by tactic selection or at run time.
+bool actsAfterPasses(const ParameterSpec& p) { return p.owner == "runtime" || p.owner == "backends/cpu" || p.owner == "backends/cuda"; }
+
+// Whether such a parameter acts on an optimized graph with these ops, on this target kind:
+// the backends' own parameters on their target, kernel choices only where their ops are.
+bool actsOn(const ParameterSpec& p, const std::string& target_kind, const std::set<std::string>& op_types) {
+    const bool other_target = p.owner != "runtime" && (p.owner == "backends/cuda") != (target_kind == "cuda");
+    const bool has_ops = p.ops.empty() || std::any_of(p.ops.begin(), p.ops.end(), [&](const std::string& op) { return op_types.count(op) > 0; });
+    return !op_types.empty() && !other_target && has_ops;
+}
+
+}  // namespace
+
+std::string Builder::engineIdentity(const Engine& engine) {
+    std::set<std::string> op_types;
+    collectOpTypes(engine.graph, op_types);
+    const BuildRoute route = BuildRoute::parse(engine.route, space());
+    Engine canonical = engine;
+    canonical.tactics.clear();
+    canonical.route.clear();
+    for (const auto& p : space().parameters())
+        if (actsAfterPasses(p) && actsOn(p, targetKind(engine.target), op_types)) canonical.route += p.name + "=" + route.get(p.name) + ";";
+    return engineHash(canonical);
+}
+
 std::vector<std::string> Builder::affectingParameters() const {
     const Graph optimized = optimize();
     const std::string base = dumpGraph(optimized);
     std::set<std::string> op_types;
-    for (const auto& n : optimized.nodes) op_types.insert(n.op_type);
+    collectOpTypes(optimized, op_types);
     std::vector<std::string> out;
     for (const auto& p : space().parameters()) {
         if (p.hidden) continue;
-        const bool runtime = p.owner == "runtime" || p.owner == "backends/cpu" || p.owner == "backends/cuda";
-        if (runtime) {  // they act at run time on their own target: kernel choices where the optimized graph has their ops
-            const bool other_target = (p.owner == "backends/cuda") != (target_ == "cuda") && p.owner != "runtime";
-            const bool has_ops = p.ops.empty() || std::any_of(p.ops.begin(), p.ops.end(), [&](const std::string& op) { return op_types.count(op) > 0; });
-            if (!model_.nodes.empty() && !other_target && has_ops) out.push_back(p.name);
+        if (actsAfterPasses(p)) {
+            if (actsOn(p, target_, op_types)) out.push_back(p.name);
             continue;
         }
         for (const auto& v : p.values) {

@@ -40,6 +40,13 @@ public:
     // parameters, its execution), found by building the graph with each alternative value.
     std::vector<std::string> affectingParameters() const;
 
+    // What decides how an engine runs, as 16 hex digits: its graph and weights, target and
+    // profile, and the values of the parameters that act after the passes (tactic choice and
+    // run time) where the graph has their ops. Routes that differ only in parameters without
+    // effect on the model build engines of one identity, which the tuner measures once. Tactic
+    // choices are left out: timed ones differ between identical builds only by noise.
+    static std::string engineIdentity(const Engine& engine);
+
 private:
     // The values the passes see: the route plus the target (passes/pass.h kTargetKey).
     RouteValues passRoute(const BuildRoute& r) const;

@@ -54,5 +54,7 @@ bool isEngineFile(const std::filesystem::path& path);
 
 // FNV-1a 64 of a file's bytes plus those of any sibling external-data files it names.
 std::string modelFileHash(const std::filesystem::path& path);
+// FNV-1a 64 of an engine's serialized bytes, as 16 hex digits.
+std::string engineHash(const Engine& engine);
 
 }  // namespace kiln

@@ -395,6 +395,14 @@ bool isEngineFile(const fs::path& path) {
     return in.gcount() == 8 && std::memcmp(magic, kMagic, sizeof kMagic) == 0;
 }
 
+namespace {
+std::string hex16(uint64_t h) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    return buf;
+}
+}  // namespace
+
 std::string modelFileHash(const fs::path& path) {
     std::string bytes = readAll(path);
     uint64_t h = fnv1a(bytes.data(), bytes.size());
@@ -404,9 +412,12 @@ std::string modelFileHash(const fs::path& path) {
         std::string extra = readAll(data);
         h = fnv1a(extra.data(), extra.size(), h);
     }
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-    return buf;
+    return hex16(h);
+}
+
+std::string engineHash(const Engine& engine) {
+    const std::string bytes = serializeEngine(engine);
+    return hex16(fnv1a(bytes.data(), bytes.size()));
 }
 
 }  // namespace kiln

@@ -91,11 +91,17 @@ std::string timeEngine(const Engine& engine, const Golden& golden, const Measure
 }
 
 std::string evaluateInChild(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
-                            const AccuracyCriterion& accuracy, const MeasurePolicy& policy) {
+                            const AccuracyCriterion& accuracy, const MeasurePolicy& policy, const KnownEngines& known) {
     Engine engine;
     double error = 0;
     std::string failed = buildAndValidate(model, model_hash, route, golden, accuracy, policy, &engine, &error);
-    return failed.empty() ? timeEngine(engine, golden, policy, error) : failed;
+    if (!failed.empty()) return failed;
+    const std::string id = Builder::engineIdentity(engine);
+    if (auto twin = known.find(id); twin != known.end())
+        return nlohmann::json{{"outcome", "ok"}, {"error", error}, {"engine_id", id}, {"same_engine_as", twin->second}}.dump();
+    auto j = nlohmann::json::parse(timeEngine(engine, golden, policy, error));
+    j["engine_id"] = id;
+    return j.dump();
 }
 
 // A forked child whose result arrives as text on a pipe.
@@ -180,6 +186,8 @@ void collect(std::vector<Child>& children, std::vector<CandidateResult>& results
                 r.message = j.value("message", "");
                 r.error = j.value("error", 0.0);
                 if (j.contains("samples_ms")) r.samples_ms = j["samples_ms"].get<std::vector<double>>();
+                r.engine_id = j.value("engine_id", r.engine_id);  // timing a prepared engine keeps its identity
+                r.same_engine_as = j.value("same_engine_as", "");
             } catch (const std::exception&) {
                 r.outcome = Outcome::Crash;
                 r.message = "the candidate process exited without a result";
@@ -277,6 +285,8 @@ std::string AccuracyCriterion::text() const {
 std::string candidateToJson(const CandidateResult& r, const std::map<std::string, std::string>& extra) {
     nlohmann::json j = {{"route_hash", r.route_hash}, {"route", r.route},   {"outcome", outcomeName(r.outcome)}, {"message", r.message},
                         {"error", r.error},           {"samples_ms", r.samples_ms}, {"measured_by", r.measured_by}};
+    if (!r.engine_id.empty()) j["engine_id"] = r.engine_id;
+    if (!r.same_engine_as.empty()) j["same_engine_as"] = r.same_engine_as;
     for (const auto& [k, v] : extra) j[k] = v;
     return j.dump();
 }
@@ -291,6 +301,8 @@ CandidateResult candidateFromJson(const std::string& text) {
     r.error = j.value("error", 0.0);
     r.samples_ms = j.value("samples_ms", std::vector<double>{});
     r.measured_by = j.value("measured_by", "");
+    r.engine_id = j.value("engine_id", "");
+    r.same_engine_as = j.value("same_engine_as", "");
     summarizeSamples(r);
     return r;
 }
@@ -305,8 +317,8 @@ void summarizeSamples(CandidateResult& r) {
 }
 
 CandidateResult evaluateCandidate(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
-                                  const AccuracyCriterion& tolerance, const MeasurePolicy& policy) {
-    std::vector<Child> child = {spawn([&] { return evaluateInChild(model, model_hash, route, golden, tolerance, policy); }, policy.timeout_s)};
+                                  const AccuracyCriterion& tolerance, const MeasurePolicy& policy, const KnownEngines& known) {
+    std::vector<Child> child = {spawn([&] { return evaluateInChild(model, model_hash, route, golden, tolerance, policy, known); }, policy.timeout_s)};
     std::vector<CandidateResult> result(1);
     result[0].route = route.text();
     result[0].route_hash = route.hash();
@@ -333,7 +345,8 @@ std::vector<PreparedCandidate> prepareCandidates(const Graph& model, const std::
                     std::string failed = buildAndValidate(model, model_hash, routes[i], golden, accuracy, policy, &engine, &error);
                     if (!failed.empty()) return failed;
                     writeEngine(engine, path);
-                    return nlohmann::json{{"outcome", "ok"}, {"error", error}}.dump();  // validated; timing comes later, alone
+                    // validated; timing comes later, alone
+                    return nlohmann::json{{"outcome", "ok"}, {"error", error}, {"engine_id", Builder::engineIdentity(engine)}}.dump();
                 },
                 policy.timeout_s));
         }

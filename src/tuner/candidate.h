@@ -79,15 +79,23 @@ struct CandidateResult {
     double spread = 0;       // (p90 - p10) / median of the samples
     std::string measured_by; // "local", or the MPI rank that built and timed it
     Interval speedup;        // finalists: over the default, from the interleaved rounds
+    std::string engine_id;   // Builder::engineIdentity of its engine (built candidates)
+    // The route hash of an earlier candidate that built an engine of the same identity: this
+    // one was not timed, and carries that one's samples (a tie by construction).
+    std::string same_engine_as;
 };
+
+// Engine identities already measured in a search, each with the route hash that measured it.
+using KnownEngines = std::map<std::string, std::string>;
 
 // JSON text form (tuning cache lines and MPI messages); fromJson throws on malformed input.
 std::string candidateToJson(const CandidateResult& r, const std::map<std::string, std::string>& extra = {});
 CandidateResult candidateFromJson(const std::string& text);
 
-// Evaluates one route in a forked child. Never throws for a candidate's own failure.
+// Evaluates one route in a forked child. Never throws for a candidate's own failure. A
+// candidate whose engine is one of `known` is validated but not timed (same_engine_as set).
 CandidateResult evaluateCandidate(const Graph& model, const std::string& model_hash, const BuildRoute& route, const Golden& golden,
-                                  const AccuracyCriterion& accuracy, const MeasurePolicy& policy);
+                                  const AccuracyCriterion& accuracy, const MeasurePolicy& policy, const KnownEngines& known = {});
 
 // Parallel builds (--jobs): children build and validate up to `jobs` routes at a time and
 // leave each passing engine in `work_dir`; measurePrepared then times them one at a time.

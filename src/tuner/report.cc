@@ -59,9 +59,12 @@ nlohmann::json toJson(const TuneResult& r, const TunerOptions& o, const std::str
                         {"min_gain", o.min_gain}, {"noise", r.noise}, {"warnings", r.warnings}, {"rebuild_command", rebuild},
                         {"candidates", nlohmann::json::array()}, {"finalists", nlohmann::json::array()}, {"effects", nlohmann::json::array()}};
     if (r.verified) j["verification"] = {{"rounds", o.verify}, {"speedup", interval(r.verification)}, {"win_held", r.win_held}};
-    for (const auto& c : r.candidates)
+    for (const auto& c : r.candidates) {
         j["candidates"].push_back({{"route_hash", c.route_hash}, {"changes", changes(c.route)}, {"outcome", outcomeName(c.outcome)},
                                    {"median_ms", c.median_ms}, {"spread", c.spread}, {"error", c.error}, {"message", c.message}, {"measured_by", c.measured_by}});
+        if (!c.engine_id.empty()) j["candidates"].back()["engine_id"] = c.engine_id;
+        if (!c.same_engine_as.empty()) j["candidates"].back()["same_engine_as"] = c.same_engine_as;  // not timed: that route's samples
+    }
     for (const auto& f : r.finalists)
         j["finalists"].push_back({{"changes", changes(f.route)}, {"median_ms", f.median_ms}, {"spread", f.spread}, {"samples", f.samples_ms.size()},
                                   {"speedup", interval(f.speedup)}});

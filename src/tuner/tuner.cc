@@ -154,6 +154,7 @@ public:
         const std::string hash = route.hash();
         if (auto it = seen_.find(hash); it != seen_.end()) return &result_.candidates[it->second];
         CandidateResult r;
+        bool fresh = false;
         if (const CandidateResult* hit = cache_.find(hash)) {
             r = *hit;
             ++result_.from_cache;
@@ -168,14 +169,26 @@ public:
                 r = remote->second;
                 remote_done_.erase(remote);
             } else if (prepared != prepared_.end()) {
-                r = measurePrepared(prepared->second, golden_, o_.policy);
+                const CandidateResult& built = prepared->second.result;
+                if (built.outcome == Outcome::Ok && engines_.count(built.engine_id)) {  // validated, and nothing new to time
+                    r = built;
+                    std::error_code ec;
+                    std::filesystem::remove(prepared->second.engine_path, ec);
+                } else {
+                    r = measurePrepared(prepared->second, golden_, o_.policy);
+                }
                 prepared_.erase(prepared);
             } else {
-                r = measure(route);
+                r = measure(route, engines_);
             }
+            fresh = true;
+        }
+        shareTwinSamples(r);
+        if (fresh) {
             cache_.append(r);
             ++new_candidates_;
         }
+        if (r.outcome == Outcome::Ok && r.same_engine_as.empty() && !r.engine_id.empty()) engines_.emplace(r.engine_id, r.route_hash);
         if (r.outcome == Outcome::Ok && (best_ == 0 || r.median_ms < best_)) best_ = r.median_ms;
         seen_[hash] = result_.candidates.size();
         result_.candidates.push_back(r);
@@ -225,11 +238,28 @@ public:
     CandidateResult measureFresh(const BuildRoute& route) const { return measure(route); }
 
 private:
-    CandidateResult measure(const BuildRoute& route) const {
+    CandidateResult measure(const BuildRoute& route, const KnownEngines& known = {}) const {
         if (o_.evaluate_override) return o_.evaluate_override(route);
-        CandidateResult r = evaluateCandidate(model_, model_hash_, route, golden_, o_.tolerance, o_.policy);
+        CandidateResult r = evaluateCandidate(model_, model_hash_, route, golden_, o_.tolerance, o_.policy, known);
         r.measured_by = "local";
         return r;
+    }
+    // A candidate that built an engine measured before (here, by a worker, or in the cache)
+    // takes that one's samples: the two tie, and ties go to the simpler route.
+    void shareTwinSamples(CandidateResult& r) const {
+        if (r.outcome != Outcome::Ok || r.engine_id.empty()) return;
+        auto twin = engines_.find(r.engine_id);
+        if (twin == engines_.end() || twin->second == r.route_hash) return;
+        auto at = seen_.find(twin->second);
+        if (at == seen_.end()) return;
+        const CandidateResult& first = result_.candidates[at->second];
+        r.same_engine_as = first.route_hash;
+        const bool is_default = first.route_hash == BuildRoute::defaults(Builder::space()).hash();
+        r.message = "same engine as " + (is_default ? std::string("the default route") : BuildRoute::parse(first.route, Builder::space()).changesText(Builder::space())) +
+                    ": not timed again";
+        r.samples_ms = first.samples_ms;
+        summarizeSamples(r);
+        r.measured_by = first.measured_by;
     }
     bool budgetSpent() const {
         if (o_.budget.candidates && new_candidates_ >= o_.budget.candidates) return true;
@@ -244,6 +274,7 @@ private:
     TuningCache cache_;
     std::chrono::steady_clock::time_point start_;
     std::map<std::string, size_t> seen_;
+    KnownEngines engines_;  // engine identity -> the route hash that measured it
     std::map<std::string, PreparedCandidate> prepared_;
     std::map<std::string, CandidateResult> remote_done_;
     fs::path work_dir_ = fs::temp_directory_path() / ("kiln-tune-" + std::to_string(getpid()));

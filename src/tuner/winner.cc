@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <cstdio>
 
 #include "tuner/statistics.h"
@@ -32,13 +33,20 @@ std::string intervalText(const Interval& i) {
 }
 
 // The contenders: the fastest o.finalists, the default, and the single-parameter changes
-// that moved the search-phase time most (the effects table), each once.
+// that moved the search-phase time most (the effects table), each once. Routes that built
+// one engine are one contender, the route with the fewest changes (the default in its group).
 std::vector<Contender> pickContenders(const TuneResult& result, const TunerOptions& o) {
     const std::string def = BuildRoute::defaults(Builder::space()).hash();
+    std::map<std::string, const CandidateResult*> simplest;  // engine identity -> its route with the fewest changes
+    for (const auto& c : result.candidates) {
+        if (c.outcome != Outcome::Ok || c.engine_id.empty()) continue;
+        const CandidateResult*& s = simplest[c.engine_id];
+        if (!s || c.route_hash == def || (s->route_hash != def && changesFromDefault(c.route) < changesFromDefault(s->route))) s = &c;
+    }
     std::vector<const CandidateResult*> ok;
     const CandidateResult* base = nullptr;
     for (const auto& c : result.candidates)
-        if (c.outcome == Outcome::Ok) {
+        if (c.outcome == Outcome::Ok && (c.engine_id.empty() || simplest[c.engine_id] == &c)) {
             ok.push_back(&c);
             if (c.route_hash == def) base = &c;
         }

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <thread>
 
 #include "engine/builder.h"
@@ -264,4 +265,19 @@ TEST(TimingCache, SecondBuildReusesTheTimedTactics) {
     EXPECT_GT(again.hits(), first_hits);  // every timed node now comes from the file
     writeFile(path, "not json");
     EXPECT_THROW(TimingCache{path}, Error);
+}
+
+// An engine's identity changes with what decides how it runs (its graph, the kernels chosen
+// for it, run-time settings), and not with parameters that do nothing to this model: the
+// MLP has no Conv, nothing to quantize and nothing dead to remove.
+TEST(EngineIdentity, OnlyWhatChangesTheEngineChangesItsIdentity) {
+    const std::string base = Builder::engineIdentity(buildModel("mlp"));
+    EXPECT_EQ(base, Builder::engineIdentity(buildModel("mlp")));
+    for (const char* same : {"quant.skip_first_last=on", "tactic.cpu.conv=direct", "opt.dce=off", "tactic.cuda.gemm=heuristic"})
+        EXPECT_EQ(Builder::engineIdentity(buildModel("mlp", same)), base) << same;
+    std::set<std::string> seen = {base};
+    for (const char* other : {"memory.planner=none", "fusion.gemm_bias_act=off", "tactic.cpu.gemm=blas"})
+        EXPECT_TRUE(seen.insert(Builder::engineIdentity(buildModel("mlp", other))).second) << other;
+    // Another model's engine under the same route differs too.
+    EXPECT_TRUE(seen.insert(Builder::engineIdentity(buildModel("small_cnn"))).second);
 }

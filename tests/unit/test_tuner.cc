@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "test_helpers.h"
@@ -159,6 +160,50 @@ TEST(Tuner, InterruptedAndResumedSearchEndsWithTheUninterruptedResult) {
             // No candidate measured twice: the cache holds each search candidate once.
             std::set<std::string> keys;
             for (const auto& l : cacheLines(cache)) EXPECT_TRUE(keys.insert(l.substr(l.find("\"route_hash\""), 60)).second) << l;
+        }
+    }
+}
+
+// Routes whose parameters do nothing to the model build the default's engine: they are
+// validated, not timed, and tie with it by construction, so noise cannot make one of them
+// win (it did: quant.skip_first_last=on without int8 "won" a CI run). Of the routes that
+// share another engine, the one with the fewest changes stands for them. With parallel
+// builds too, and again from the cache.
+TEST(Tuner, RoutesThatBuildOneEngineAreTimedOnceAndTieToTheSimplest) {
+    for (size_t jobs : {1, 2}) {
+        TempDir dir;
+        TunerOptions o = options("quant.skip_first_last=[off,on] tactic.cpu.conv=[auto,direct] memory.planner=[greedy,none]", (dir / "c.jsonl").string());
+        o.jobs = jobs;
+        for (bool resumed : {false, true}) {
+            o.resume = resumed;
+            const TuneResult r = tune(o);
+            ASSERT_EQ(r.candidates.size(), 8u);
+            const std::string def = BuildRoute::defaults(Builder::space()).hash();
+            std::map<std::string, std::string> timed;  // engine identity -> the route hash timed for it
+            for (const auto& c : r.candidates) {
+                ASSERT_EQ(c.outcome, Outcome::Ok) << c.message;
+                ASSERT_FALSE(c.engine_id.empty());
+                const bool none = BuildRoute::parse(c.route, Builder::space()).get("memory.planner") == "none";
+                if (c.same_engine_as.empty()) {
+                    EXPECT_TRUE(timed.emplace(c.engine_id, c.route_hash).second) << "a second timing of one engine: " << c.route;
+                } else {
+                    EXPECT_EQ(timed.at(c.engine_id), c.same_engine_as) << c.route;
+                    auto twin = std::find_if(r.candidates.begin(), r.candidates.end(), [&](const auto& k) { return k.route_hash == c.same_engine_as; });
+                    ASSERT_NE(twin, r.candidates.end());
+                    EXPECT_EQ(c.samples_ms, twin->samples_ms) << c.route;
+                    EXPECT_NE(c.message.find("same engine as"), std::string::npos) << c.message;
+                }
+                if (!none) EXPECT_EQ(c.engine_id, r.candidates[0].engine_id) << c.route;
+            }
+            EXPECT_EQ(timed.size(), 2u) << "jobs " << jobs;  // the default's engine and the one without a memory plan
+            EXPECT_EQ(r.candidates[0].route_hash, def);
+            for (const auto& f : r.finalists) {
+                const BuildRoute route = BuildRoute::parse(f.route, Builder::space());
+                EXPECT_EQ(route.get("quant.skip_first_last"), "off") << f.route;
+                EXPECT_EQ(route.get("tactic.cpu.conv"), "auto") << f.route;
+            }
+            const std::string best = BuildRoute::parse(r.best_route, Builder::space()).changesText(Builder::space());
+            EXPECT_TRUE(best == "default" || best == "memory.planner=none") << best;
         }
     }
 }
