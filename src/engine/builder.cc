@@ -102,6 +102,18 @@ BuildRoute keepNativeCpuPrecisions(const BuildRoute& route, bool native_f16, boo
     return out;
 }
 
+std::vector<std::string> Builder::offeredValues(const std::string& parameter) const {
+    std::vector<std::string> out;
+    for (const std::string& v : space().get(parameter).values) {
+        BuildRoute r = BuildRoute::defaults(space());
+        r.set(parameter, v, space());
+        Builder probe(Graph{}, "", target_);
+        probe.setBuildRoute(r);
+        if (probe.getBuildRoute().get(parameter) == v) out.push_back(v);
+    }
+    return out;
+}
+
 void Builder::setBuildRoute(const BuildRoute& route) {
     warnings_.clear();
     route_ = targetKind(target_) == "cpu" ? keepNativeCpuPrecisions(route, cpuHasNativeF16(), cpuHasNativeBf16(), &warnings_) : route;

@@ -47,6 +47,11 @@ public:
     // choices are left out: timed ones differ between identical builds only by noise.
     static std::string engineIdentity(const Engine& engine);
 
+    // The values of a parameter this build takes as themselves: setBuildRoute sets the others
+    // back (f16/bf16 on a CPU without native support, int8 off the CPU), so searching them only
+    // builds engines that exist already.
+    std::vector<std::string> offeredValues(const std::string& parameter) const;
+
 private:
     // The values the passes see: the route plus the target (passes/pass.h kTargetKey).
     RouteValues passRoute(const BuildRoute& r) const;

@@ -32,17 +32,17 @@ void listSpace(const RoutesOptions& o) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& p : Builder::space().parameters())
         if (!p.hidden)
-            j.push_back({{"name", p.name}, {"values", p.values}, {"default", p.default_value}, {"owner", p.owner}, {"description", p.description},
-                         {"affects_model", affects.count(p.name) != 0}});
+            j.push_back({{"name", p.name}, {"values", p.values}, {"offered_values", builder.offeredValues(p.name)}, {"default", p.default_value}, {"owner", p.owner},
+                         {"description", p.description}, {"affects_model", affects.count(p.name) != 0}});
     if (o.json) {
         std::cout << nlohmann::json{{"model", o.model}, {"parameters", j}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         return;
     }
     std::printf("%-26s %-20s %-8s %-8s %s\n", "parameter", "values", "default", "affects", "description");
     for (const auto& p : j)
-        std::printf("%-26s %-20s %-8s %-8s %s\n", p["name"].get<std::string>().c_str(), joined(p["values"]).c_str(), p["default"].get<std::string>().c_str(),
+        std::printf("%-26s %-20s %-8s %-8s %s\n", p["name"].get<std::string>().c_str(), joined(p["offered_values"]).c_str(), p["default"].get<std::string>().c_str(),
                     p["affects_model"].get<bool>() ? "yes" : "no", p["description"].get<std::string>().c_str());
-    std::printf("%zu parameters, %zu affect %s\n", j.size(), affects.size(), o.model.c_str());
+    std::printf("%zu parameters, %zu affect %s (values: those this machine builds as themselves; --json lists all)\n", j.size(), affects.size(), o.model.c_str());
 }
 
 void listRoutes(const RoutesOptions& o) {

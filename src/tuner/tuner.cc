@@ -125,7 +125,7 @@ Domain defaultDomain(const Graph& model, const TunerOptions& o, std::string* exp
     Domain d;
     for (const auto& name : b.affectingParameters()) {
         const std::vector<std::string>& all = Builder::space().get(name).values;
-        std::vector<std::string> values = all;
+        std::vector<std::string> values = b.offeredValues(name);
         if (!o.policy.calibration) values.erase(std::remove(values.begin(), values.end(), "int8"), values.end());  // needs --calib
         std::string term = name + "=*";
         if (values.size() != all.size()) {

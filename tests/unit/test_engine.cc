@@ -1,10 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <set>
 #include <thread>
 
+#include "backends/cpu/cpu_features.h"
 #include "engine/builder.h"
 #include "engine/tactic_selection.h"
 #include "onnx_import/importer.h"
@@ -280,4 +282,18 @@ TEST(EngineIdentity, OnlyWhatChangesTheEngineChangesItsIdentity) {
         EXPECT_TRUE(seen.insert(Builder::engineIdentity(buildModel("mlp", other))).second) << other;
     // Another model's engine under the same route differs too.
     EXPECT_TRUE(seen.insert(Builder::engineIdentity(buildModel("small_cnn"))).second);
+}
+
+// A search offers only the values a build takes as themselves: f16/bf16 on a CPU that has
+// them natively, int8 on the CPU only; other parameters keep every value.
+TEST(EngineIdentity, OfferedValuesAreTheOnesABuildKeeps) {
+    const Graph mlp = importOnnxModel(kModels + "/mlp/model.onnx");
+    auto has = [](const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); };
+    const Builder cpu(mlp, "", "cpu"), cuda(mlp, "", "cuda");
+    const auto matmul = cpu.offeredValues("precision.matmul");
+    EXPECT_TRUE(has(matmul, "f32") && has(matmul, "int8"));
+    EXPECT_EQ(has(matmul, "f16"), cpuHasNativeF16());
+    EXPECT_EQ(has(matmul, "bf16"), cpuHasNativeBf16());
+    EXPECT_FALSE(has(cuda.offeredValues("precision.conv"), "int8"));
+    EXPECT_EQ(cpu.offeredValues("memory.planner"), Builder::space().get("memory.planner").values);
 }
