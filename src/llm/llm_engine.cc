@@ -8,8 +8,10 @@ LlmEngine::LlmEngine(const LanguageModel& model, SchedulerOptions options, int64
     scheduler_.on_token = [this](int64_t id, int64_t token) {
         auto it = active_.find(id);
         if (it == active_.end()) return;
+        const RequestState& state = scheduler_.state(id);
         std::lock_guard<std::mutex> lock(it->second->mutex);
         it->second->tokens.push_back(token);
+        if (!state.logprobs.empty()) it->second->logprobs.push_back(state.logprobs.back());
         it->second->changed.notify_all();
     };
     thread_ = std::thread([this] { loop(); });

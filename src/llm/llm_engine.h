@@ -18,6 +18,7 @@ struct Stream {
     std::mutex mutex;
     std::condition_variable changed;
     std::vector<int64_t> tokens;
+    std::vector<TokenLogprob> logprobs;  // one per token, when the request asks
     FinishReason finished = FinishReason::None;
     std::string error;
     int64_t id = -1;

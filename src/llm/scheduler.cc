@@ -128,7 +128,8 @@ bool Scheduler::step(StepStats* stats) {
     bool argmax_only = true;
     for (auto [i, n] : work) {
         const Running& r = running_[i];
-        if (r.computed + n >= static_cast<int64_t>(r.tokens.size()) && !states_.at(r.id).sampler.greedy()) argmax_only = false;
+        const RequestState& s = states_.at(r.id);
+        if (r.computed + n >= static_cast<int64_t>(r.tokens.size()) && (!s.sampler.greedy() || s.request.logprobs >= 0)) argmax_only = false;
     }
     std::vector<float> all_logits;
     std::vector<int64_t> argmax;
@@ -143,7 +144,8 @@ bool Scheduler::step(StepStats* stats) {
         (n == 1 && r.computed > static_cast<int64_t>(states_.at(r.id).request.prompt.size()) ? st.decode_tokens : st.prefill_tokens) += n;
         if (r.computed < static_cast<int64_t>(r.tokens.size())) continue;  // prompt chunk: no token yet
         RequestState& s = states_.at(r.id);
-        const int64_t token = argmax_only ? argmax[w] : s.sampler.next(std::span<const float>(all_logits.data() + w * vocab, vocab), r.tokens);
+        const int64_t token = argmax_only ? argmax[w] : s.sampler.next(std::span<const float>(all_logits.data() + w * vocab, vocab), r.tokens, s.output);
+        if (s.request.logprobs >= 0) s.logprobs.push_back(tokenLogprob(std::span<const float>(all_logits.data() + w * vocab, vocab), token, s.request.logprobs));
         s.output.push_back(token);
         r.tokens.push_back(token);
         if (on_token) on_token(r.id, token);

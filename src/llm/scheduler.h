@@ -23,7 +23,9 @@ struct Request {
     std::vector<int64_t> stop_tokens;
     bool ignore_eos = false;  // else the model's eos_token_ids end it too (vLLM's ignore_eos)
     SamplingParams sampling;
+    int64_t logprobs = -1;    // >= 0: each token's log-probability and that many top alternatives
 };
+
 
 enum class FinishReason { None, Length, Stop, Cancelled, ContextLength };
 
@@ -38,6 +40,7 @@ struct RequestState {
     int64_t id = 0;
     Request request;
     std::vector<int64_t> output;  // generated tokens
+    std::vector<TokenLogprob> logprobs;  // per generated token, when the request asks
     FinishReason finished = FinishReason::None;
     int64_t preemptions = 0;
     std::string error;  // why it ended, when it failed (finished is then Cancelled)

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <unistd.h>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <span>
 #include <string>
@@ -133,6 +134,24 @@ inline std::string byteChar(int b) {
         return t;
     }();
     return table[b];
+}
+
+
+// The 37 bytes of the tiny model's vocabulary (one token each): letters, ' ', ':', '\\n' and the
+// bytes of 😀 (4), 中 (3) and é (2) split over tokens, and 0xFF, which is never valid.
+inline std::vector<int> vocabularyBytes() {
+    std::vector<int> bytes;
+    for (int c = 'a'; c <= 'x'; ++c) bytes.push_back(c);
+    for (int b : {0xF0, 0x9F, 0x98, 0x80, 0xE4, 0xB8, 0xAD, 0xC3, 0xA9, 0xFF, int(' '), int(':'), int('\n')}) bytes.push_back(b);
+    return bytes;
+}
+
+// A byte-level BPE tokenizer.json without merges over vocabularyBytes().
+inline std::string tokenizerJson() {
+    nlohmann::json vocab = nlohmann::json::object();
+    const auto bytes = vocabularyBytes();
+    for (size_t i = 0; i < bytes.size(); ++i) vocab[byteChar(bytes[i])] = i;
+    return nlohmann::json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}}.dump();
 }
 
 }  // namespace kiln::llm::testing

@@ -277,6 +277,16 @@ TEST(Sampler, GreedyTopKTopPAndSeeds) {
     SamplingParams penal{0.f, 0, 1.f, 10.f, 0};
     const std::vector<int64_t> prev = {1};
     EXPECT_EQ(Sampler(penal).next(logits, prev), 2);  // token 1 penalized below token 2
+    // Presence and frequency penalties count generated tokens only: token 1 (2.0) falls below
+    // token 2 (1.9) once it was generated twice (2.0 - 0.02 - 2 * 0.05 = 1.88), not once (1.93),
+    // and not for occurrences in the prompt.
+    SamplingParams openai{0.f, 0, 1.f, 1.f, 0, 0.02f, 0.05f};
+    const std::vector<int64_t> once = {1}, twice = {1, 3, 1}, prompt_and_once = {1, 1, 1, 1};
+    EXPECT_EQ(Sampler(openai).next(logits, once, once), 1);
+    EXPECT_EQ(Sampler(openai).next(logits, twice, twice), 2);
+    EXPECT_EQ(Sampler(openai).next(logits, prompt_and_once, once), 1);
+    EXPECT_FALSE(Sampler(openai).greedy());
+    EXPECT_THROW(Sampler(SamplingParams{0.f, 0, 1.f, 1.f, 0, 2.5f}), Error);
     EXPECT_THROW(Sampler(SamplingParams{-1.f}), Error);
 }
 

@@ -33,22 +33,6 @@ const std::string kFffd = "\xEF\xBF\xBD";
 
 bool validUtf8(const std::string& s) { return sanitizeUtf8(s) == s; }
 
-// The 37 bytes of the tiny model's vocabulary (one token each): letters, ' ', ':', '\\n' and the
-// bytes of 😀 (4), 中 (3) and é (2) split over tokens, and 0xFF, which is never valid.
-std::vector<int> vocabularyBytes() {
-    std::vector<int> bytes;
-    for (int c = 'a'; c <= 'x'; ++c) bytes.push_back(c);
-    for (int b : {0xF0, 0x9F, 0x98, 0x80, 0xE4, 0xB8, 0xAD, 0xC3, 0xA9, 0xFF, int(' '), int(':'), int('\n')}) bytes.push_back(b);
-    return bytes;
-}
-
-std::string tokenizerJson() {
-    json vocab = json::object();
-    const auto bytes = vocabularyBytes();
-    for (size_t i = 0; i < bytes.size(); ++i) vocab[byteChar(bytes[i])] = i;
-    return json{{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}}}.dump();
-}
-
 }  // namespace
 
 TEST(Utf8, MaximalSubpartsAndHeldBackTails) {

@@ -25,8 +25,13 @@ struct ServedModel {
 };
 
 struct ParsedRequest {
-    Request request;
+    Request request;                // one choice's; the server submits n of them
     bool stream = false;
+    bool include_usage = false;     // stream_options.include_usage: a last chunk with the usage
+    int64_t n = 1;                  // choices
+    bool seeded = false;            // a seed was given: choice i draws from seed + i, else from a random seed
+    std::vector<std::string> stop;  // stop strings
+    bool logprobs = false;          // report each token's log-probability (request.logprobs alternatives)
 };
 
 // Throws ApiError for a body that is not a valid request for `model`.

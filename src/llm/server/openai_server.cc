@@ -5,11 +5,13 @@
 
 #include <atomic>
 #include <ctime>
+#include <random>
 #include <nlohmann/json.hpp>
 
 #include "ir/error.h"
 #include "llm/detokenizer.h"
 #include "llm/llm_engine.h"
+#include "llm/server/openai_choice.h"
 #include "llm/server/openai_request.h"
 #include "llm/utf8.h"
 #include "server/http_guard.h"
@@ -38,16 +40,6 @@ void sendError(httplib::Response& res, const ApiError& e) {
     if (!e.param.empty()) err["param"] = e.param;
     if (!e.code.empty()) err["code"] = e.code;
     res.set_content(jsonText(json{{"error", err}}), "application/json");
-}
-
-const char* reasonText(FinishReason f) {
-    switch (f) {
-        case FinishReason::Stop: return "stop";
-        case FinishReason::Length: return "length";
-        case FinishReason::Cancelled: return "cancelled";
-        case FinishReason::ContextLength: return "length";
-        default: return nullptr;
-    }
 }
 
 }  // namespace
@@ -119,87 +111,147 @@ struct OpenAiServer::Impl {
         };
     }
 
+    // n choices, one engine request each: seeded ones draw from seed + i, others from a
+    // random seed. All or none: a full queue cancels the ones already in.
+    std::vector<Choice> submitChoices(const ParsedRequest& p) {
+        std::vector<Choice> choices;
+        std::random_device entropy;
+        for (int64_t i = 0; i < p.n; ++i) {
+            Request r = p.request;
+            r.sampling.seed = p.seeded ? p.request.sampling.seed + static_cast<uint64_t>(i) : (uint64_t(entropy()) << 32 | entropy());
+            auto stream = engine.submit(r);
+            if (!stream) {
+                for (auto& c : choices) engine.cancel(c.stream());
+                throw ApiError{429, "the server is at capacity; retry later"};
+            }
+            choices.emplace_back(std::move(stream), tokenizer.get(), p.stop);
+        }
+        return choices;
+    }
+
+    // A choice's poll; a stop string (or a server drain) cancels its stream.
+    ChoiceDelta pollChoice(Choice& c, std::chrono::milliseconds wait) {
+        ChoiceDelta d = c.poll(wait);
+        if (c.stopMatched() && d.finish) engine.cancel(c.stream());
+        else if (cancel_all && !c.done()) engine.cancel(c.stream());
+        return d;
+    }
+
     void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
         const json body = json::parse(req.body, nullptr, false);
         if (body.is_discarded()) throw ApiError{400, "the body is not valid JSON"};
-        ParsedRequest p = parseRequest(body, chat, served);
-        auto stream = engine.submit(p.request);
-        if (!stream) throw ApiError{429, "the server is at capacity; retry later"};
+        const ParsedRequest p = parseRequest(body, chat, served);
+        std::vector<Choice> choices = submitChoices(p);
         const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
         const json head = {{"id", id}, {"object", chat ? (p.stream ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
                            {"created", static_cast<int64_t>(std::time(nullptr))}, {"model", o.name}};
-        if (p.stream) return streamTo(res, stream, head, chat);
-        std::unique_lock<std::mutex> lock(stream->mutex);
-        while (!stream->changed.wait_for(lock, std::chrono::milliseconds(100), [&] { return stream->finished != FinishReason::None; }))
-            if (cancel_all) {
-                lock.unlock();
-                engine.cancel(stream);
-                lock.lock();
-            }
-        if (!stream->error.empty()) throw ApiError{500, stream->error};
+        if (p.stream) return streamTo(res, std::move(choices), head, chat, p);
         json out = head;
-        const std::string text = decodeText(tokenizer.get(), stream->tokens);
-        json c = {{"index", 0}, {"finish_reason", reasonText(stream->finished)}};
-        if (chat) c["message"] = {{"role", "assistant"}, {"content", text}};
-        else c["text"] = text, c["token_ids"] = stream->tokens;
-        out["choices"] = json::array({c});
-        const size_t n = stream->tokens.size(), prompt = p.request.prompt.size();
-        out["usage"] = {{"prompt_tokens", prompt}, {"completion_tokens", n}, {"total_tokens", prompt + n}};
+        out["choices"] = json::array();
+        int64_t completion_tokens = 0;
+        for (size_t i = 0; i < choices.size(); ++i) {
+            std::string text;
+            std::vector<int64_t> tokens;
+            std::vector<TokenLogprob> lps;
+            ChoiceDelta d;
+            while (!choices[i].done()) {
+                d = pollChoice(choices[i], std::chrono::milliseconds(100));
+                text += d.text;
+                tokens.insert(tokens.end(), d.tokens.begin(), d.tokens.end());
+                lps.insert(lps.end(), d.logprobs.begin(), d.logprobs.end());
+            }
+            if (!d.error.empty()) {
+                for (auto& c : choices) engine.cancel(c.stream());
+                throw ApiError{500, d.error};
+            }
+            completion_tokens += choices[i].tokensTaken();
+            json c = {{"index", i}, {"finish_reason", d.finish ? json(d.finish) : json(nullptr)}, {"logprobs", nullptr}};
+            if (chat) c["message"] = {{"role", "assistant"}, {"content", text}};
+            else c["text"] = text, c["token_ids"] = tokens;
+            size_t offset = 0;
+            if (p.logprobs) c["logprobs"] = chat ? chatLogprobs(tokenizer.get(), lps) : completionLogprobs(tokenizer.get(), lps, offset);
+            out["choices"].push_back(c);
+        }
+        out["usage"] = usage(p, completion_tokens);
         res.set_content(jsonText(out), "application/json");
     }
 
-    // Server-sent events: one chunk per batch of new tokens, text only as whole characters.
-    void streamTo(httplib::Response& res, const std::shared_ptr<Stream>& stream, const json& head, bool chat) {
+    static json usage(const ParsedRequest& p, int64_t completion_tokens) {
+        const auto prompt = static_cast<int64_t>(p.request.prompt.size());
+        return {{"prompt_tokens", prompt}, {"completion_tokens", completion_tokens}, {"total_tokens", prompt + completion_tokens}};
+    }
+
+    // Server-sent events: per choice, one chunk per batch of new tokens, text only as whole
+    // characters and never a stop string; with include_usage a last chunk holds the usage.
+    void streamTo(httplib::Response& res, std::vector<Choice> choices, const json& head, bool chat, const ParsedRequest& p) {
         struct State {
-            size_t sent = 0;
-            IncrementalDetokenizer text;
-            bool role_sent = false;
+            std::vector<Choice> choices;
+            std::vector<bool> role_sent;
+            std::vector<size_t> offsets;  // completions' text_offset per choice
+            bool finished = false;
         };
-        auto state = std::make_shared<State>(State{0, IncrementalDetokenizer(tokenizer.get()), false});
-        auto event = [head, chat, state](const std::vector<int64_t>& tokens, const std::string& text, const char* finish) {
-            json c = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
+        auto state = std::make_shared<State>();
+        state->role_sent.assign(choices.size(), false);
+        state->offsets.assign(choices.size(), 0);
+        state->choices = std::move(choices);
+        const bool logprobs = p.logprobs, include_usage = p.include_usage;
+        const json usage_zero = usage(p, 0);
+        auto event = [this, head, chat, state, logprobs](size_t i, const ChoiceDelta& d, bool final_event) {
+            json c = {{"index", i}, {"finish_reason", final_event && d.finish ? json(d.finish) : json(nullptr)}, {"logprobs", nullptr}};
             if (chat) {
-                c["delta"] = {{"content", text}};
-                if (!state->role_sent) c["delta"]["role"] = "assistant", state->role_sent = true;
+                c["delta"] = {{"content", final_event ? std::string() : d.text}};
+                if (!state->role_sent[i]) c["delta"]["role"] = "assistant", state->role_sent[i] = true;
             } else {
-                c["text"] = text, c["token_ids"] = tokens;
+                c["text"] = final_event ? std::string() : d.text, c["token_ids"] = final_event ? std::vector<int64_t>{} : d.tokens;
             }
+            if (logprobs && !final_event)
+                c["logprobs"] = chat ? chatLogprobs(tokenizer.get(), d.logprobs) : completionLogprobs(tokenizer.get(), d.logprobs, state->offsets[i]);
             json chunk = head;
             chunk["choices"] = json::array({c});
             return "data: " + jsonText(chunk) + "\n\n";
         };
         res.set_header("Cache-Control", "no-cache");
         ++in_flight;  // until the stream's last event: a drain waits for it
-        res.set_chunked_content_provider("text/event-stream", [this, stream, state, event](size_t, httplib::DataSink& sink) {
+        res.set_chunked_content_provider("text/event-stream", [this, state, event, include_usage, usage_zero](size_t, httplib::DataSink& sink) {
             try {
-                std::unique_lock<std::mutex> lock(stream->mutex);
-                stream->changed.wait_for(lock, std::chrono::milliseconds(200), [&] { return stream->tokens.size() > state->sent || stream->finished != FinishReason::None; });
-                std::vector<int64_t> fresh(stream->tokens.begin() + static_cast<std::ptrdiff_t>(state->sent), stream->tokens.end());
-                const FinishReason f = stream->finished;
-                const std::string error = stream->error;
-                lock.unlock();
-                if (cancel_all && f == FinishReason::None) engine.cancel(stream);
-                state->sent += fresh.size();
                 std::string out;
-                if (!fresh.empty()) out += event(fresh, state->text.add(fresh), nullptr);
-                if (f != FinishReason::None) {
-                    const std::string rest = state->text.finish();
-                    if (!rest.empty()) out += event({}, rest, nullptr);
-                    if (!error.empty()) out += "data: " + jsonText(json{{"error", {{"message", sanitizeUtf8(error)}, {"type", "server_error"}}}}) + "\n\n";
-                    out += event({}, "", error.empty() ? reasonText(f) : "error") + "data: [DONE]\n\n";
+                bool all_done = true;
+                const auto wait = std::chrono::milliseconds(200 / static_cast<int64_t>(state->choices.size()) + 1);
+                int64_t completion_tokens = 0;
+                for (size_t i = 0; i < state->choices.size(); ++i) {
+                    Choice& c = state->choices[i];
+                    const bool was_done = c.done();
+                    const ChoiceDelta d = was_done ? ChoiceDelta{} : pollChoice(c, wait);
+                    completion_tokens += c.tokensTaken();
+                    if (!d.tokens.empty() || !d.text.empty()) out += event(i, d, false);
+                    if (!was_done && c.done()) {
+                        if (!d.error.empty()) out += "data: " + jsonText(json{{"error", {{"message", sanitizeUtf8(d.error)}, {"type", "server_error"}}}}) + "\n\n";
+                        out += event(i, d, true);
+                    }
+                    all_done = all_done && c.done();
                 }
-                if (!out.empty() && !sink.write(out.data(), out.size())) {  // the client went away: stop its request
-                    engine.cancel(stream);
+                if (all_done) {
+                    if (include_usage) {
+                        json chunk = {{"choices", json::array()}, {"usage", usage_zero}};
+                        chunk["usage"]["completion_tokens"] = completion_tokens;
+                        chunk["usage"]["total_tokens"] = usage_zero["prompt_tokens"].get<int64_t>() + completion_tokens;
+                        out += "data: " + jsonText(chunk) + "\n\n";
+                    }
+                    out += "data: [DONE]\n\n";
+                }
+                if (!out.empty() && !sink.write(out.data(), out.size())) {  // the client went away: stop its requests
+                    for (auto& c : state->choices) engine.cancel(c.stream());
                     return false;
                 }
-                if (f != FinishReason::None) sink.done();
+                if (all_done) sink.done();
                 return true;
             } catch (const std::exception&) {
-                engine.cancel(stream);
+                for (auto& c : state->choices) engine.cancel(c.stream());
                 return false;
             }
-        }, [this, stream](bool success) {
-            if (!success) engine.cancel(stream);
+        }, [this, state](bool success) {
+            if (!success)
+                for (auto& c : state->choices) engine.cancel(c.stream());
             --in_flight;
         });
     }
