@@ -362,9 +362,10 @@ DecoderWeights loadDecoderWeights(const std::filesystem::path& path) {
     // The graph is read for its structure and weights, not run: newer opsets are fine
     // (PyTorch's dynamo exporter writes opset 20).
     if (path.extension() == ".onnx") return decoderFromOnnxGraph(importOnnxModel(path, kReadOnlyMaxOpset), path.string());
-    if (!fs::exists(path / "model.safetensors") && fs::exists(path / "model.onnx"))
+    const bool safetensors = fs::exists(path / "model.safetensors") || fs::exists(path / "model.safetensors.index.json");
+    if (!safetensors && fs::exists(path / "model.onnx"))
         return decoderFromOnnxGraph(importOnnxModel(path / "model.onnx", kReadOnlyMaxOpset), (path / "model.onnx").string());
-    return {DecoderConfig::load(path / "config.json"), readSafetensors(path / "model.safetensors")};
+    return {DecoderConfig::load(path / "config.json"), readSafetensorsCheckpoint(path)};
 }
 
 }  // namespace kiln::llm

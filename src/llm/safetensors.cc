@@ -1,5 +1,6 @@
 #include "llm/safetensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -93,6 +94,36 @@ void writeSafetensors(const std::filesystem::path& path, const std::map<std::str
     bytes += text;
     for (const auto& [name, t] : tensors) bytes.append(reinterpret_cast<const char*>(t.raw()), t.byteSize());
     writeFileAtomically(path, bytes);
+}
+
+std::map<std::string, Tensor> readSafetensorsCheckpoint(const std::filesystem::path& dir) {
+    namespace fs = std::filesystem;
+    if (fs::exists(dir / "model.safetensors")) return readSafetensors(dir / "model.safetensors");
+    const fs::path index = dir / "model.safetensors.index.json";
+    check(fs::exists(index), dir.string() + ": neither model.safetensors nor model.safetensors.index.json (sharded weights)");
+    std::ifstream in(index);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    check(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), index.string() + ": not a JSON object with a weight_map");
+    std::map<std::string, std::vector<std::string>> by_shard;  // shard file -> the tensors the index puts there
+    for (const auto& [name, file] : j["weight_map"].items()) {
+        check(file.is_string(), index.string() + ": tensor '" + name + "' maps to " + file.dump() + ", not a file name");
+        const std::string shard = file.get<std::string>();
+        // A plain file name in the folder: an index must not reach elsewhere.
+        check(!shard.empty() && fs::path(shard).filename() == shard && shard != "." && shard != "..",
+              index.string() + ": shard '" + shard + "' of tensor '" + name + "' is not a file name in the folder");
+        by_shard[shard].push_back(name);
+    }
+    check(!by_shard.empty(), index.string() + ": the weight_map is empty");
+    std::map<std::string, Tensor> out;
+    for (const auto& [shard, names] : by_shard) {
+        std::map<std::string, Tensor> part = readSafetensors(dir / shard);
+        for (const auto& name : names) {
+            auto it = part.find(name);
+            check(it != part.end(), (dir / shard).string() + ": tensor '" + name + "' is missing (" + index.filename().string() + " puts it there)");
+            out.emplace(name, std::move(it->second));
+        }
+    }
+    return out;
 }
 
 }  // namespace kiln::llm

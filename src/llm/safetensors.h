@@ -12,6 +12,10 @@
 namespace kiln::llm {
 
 std::map<std::string, Tensor> readSafetensors(const std::filesystem::path& path);
+// A model folder's weights: model.safetensors, or the shards model.safetensors.index.json
+// names (its weight_map: tensor -> file in the folder). Every mapped tensor must be in its
+// shard, and no tensor in two.
+std::map<std::string, Tensor> readSafetensorsCheckpoint(const std::filesystem::path& dir);
 void writeSafetensors(const std::filesystem::path& path, const std::map<std::string, Tensor>& tensors);
 
 }  // namespace kiln::llm

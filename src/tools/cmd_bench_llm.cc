@@ -121,7 +121,7 @@ void execute(BenchLlmOptions& o) {
 void addBenchLlmCommand(CLI::App& app) {
     auto o = std::make_shared<BenchLlmOptions>();
     CLI::App* cmd = app.add_subcommand("bench-llm", "Serving benchmark of the LLM runtime: TTFT, TPOT, inter-token latency, throughput");
-    cmd->add_option("model", o->model, "Model folder (config.json, model.safetensors)")->required();
+    cmd->add_option("model", o->model, "Model folder (config.json, model.safetensors or its shards)")->required();
     addLlmTargetOption(*cmd, o->target);
     cmd->add_option("--requests", o->requests, "Number of requests");
     cmd->add_option("--concurrency", o->concurrency, "Requests in flight at most");

@@ -68,7 +68,7 @@ void execute(GenerateOptions& o) {
 
 void addGenerateCommand(CLI::App& app) {
     auto o = std::make_shared<GenerateOptions>();
-    CLI::App* cmd = app.add_subcommand("generate", "Generate text with a decoder model (Hugging Face folder: config.json, model.safetensors, tokenizer.json)");
+    CLI::App* cmd = app.add_subcommand("generate", "Generate text with a decoder model (Hugging Face folder: config.json, model.safetensors or its shards, tokenizer.json)");
     cmd->add_option("model", o->model, "Model folder")->required();
     addLlmTargetOption(*cmd, o->target);
     cmd->add_option("--prompt", o->prompt, "Prompt text (needs tokenizer.json)");

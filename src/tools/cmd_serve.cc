@@ -64,7 +64,7 @@ void execute(ServeOptions& o) {
 void addServeCommand(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
     CLI::App* cmd = app.add_subcommand("serve", "Serve a decoder model over an OpenAI-compatible HTTP API");
-    cmd->add_option("model", o->model, "Model folder (config.json, model.safetensors, optional tokenizer.json)")->required();
+    cmd->add_option("model", o->model, "Model folder (config.json, model.safetensors or its shards, optional tokenizer.json)")->required();
     addLlmTargetOption(*cmd, o->target);
     auto& s = o->server;
     cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();

@@ -12,7 +12,7 @@ namespace kiln::tools {
 LoadedLlm loadLlm(const std::string& dir, const LlmTarget& target) {
     namespace fs = std::filesystem;
     check(fs::is_directory(dir) || (fs::is_regular_file(dir) && fs::path(dir).extension() == ".onnx"),
-          dir + ": not a model folder (config.json and model.safetensors, or model.onnx) nor an .onnx file");
+          dir + ": not a model folder (config.json and model.safetensors or its shards, or model.onnx) nor an .onnx file");
     LoadedLlm m;
     check(target.tp >= 1, "--tp must be at least 1");
     // GPU tensor parallelism needs one GPU per shard and NCCL between them; no multi-GPU

@@ -245,6 +245,60 @@ TEST(Safetensors, RoundTripAndCorruptFilesAreRejected) {
     fs::remove(p);
 }
 
+// A sharded checkpoint (model.safetensors.index.json and its shards, as transformers writes
+// large models) loads to the same model as one file; a bad index is one clear error.
+TEST(Safetensors, ShardedCheckpointsLoadAsOneAndBadIndexesAreRefused) {
+    const DecoderConfig c = tinyConfig(Family::Llama);
+    const Weights w = randomWeights(c, 31);
+    const fs::path whole = writeModel(c, w, "shards_whole"), dir = writeModel(c, w, "shards");
+    fs::remove(dir / "model.safetensors");
+    Weights first, second;
+    nlohmann::json map = nlohmann::json::object();
+    size_t k = 0;
+    for (const auto& [name, t] : w) {
+        (k % 2 ? second : first)[name] = t;
+        map[name] = k++ % 2 ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+    }
+    writeSafetensors(dir / "model-00001-of-00002.safetensors", first);
+    writeSafetensors(dir / "model-00002-of-00002.safetensors", second);
+    auto writeIndex = [&](const nlohmann::json& m) { std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"metadata", {}}, {"weight_map", m}}.dump(); };
+    writeIndex(map);
+    const DecoderModel a = DecoderModel::load(whole), b = DecoderModel::load(dir);
+    const std::vector<int64_t> prompt = {3, 1, 4, 1, 5};
+    PagedKvCache ca = a.makeCache(4, 8), cb = b.makeCache(4, 8);
+    const int64_t sa = ca.addSequence(), sb = cb.addSequence();
+    ASSERT_TRUE(ca.reserve(sa, 5) && cb.reserve(sb, 5));
+    EXPECT_EQ(a.forward(ca, sa, prompt), b.forward(cb, sb, prompt));
+    auto expectError = [&](const nlohmann::json& m, const std::string& fragment) {
+        writeIndex(m);
+        try {
+            DecoderModel::load(dir);
+            ADD_FAILURE() << "accepted a bad index (" << fragment << ")";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+        }
+    };
+    nlohmann::json wrong = map;
+    wrong[map.begin().key()] = "model-00002-of-00002.safetensors";  // not where the index says
+    expectError(wrong, "is missing");
+    nlohmann::json outside = map;
+    outside[map.begin().key()] = "../model.safetensors";
+    expectError(outside, "not a file name in the folder");
+    nlohmann::json absent = map;
+    absent[map.begin().key()] = "model-00003-of-00002.safetensors";
+    expectError(absent, "cannot open");
+    expectError(nlohmann::json::object(), "weight_map is empty");
+    fs::remove(dir / "model.safetensors.index.json");
+    try {
+        DecoderModel::load(dir);
+        ADD_FAILURE() << "loaded a folder without weights";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("neither model.safetensors nor"), std::string::npos) << e.what();
+    }
+    fs::remove_all(whole);
+    fs::remove_all(dir);
+}
+
 TEST(DecoderConfigParse, ErrorsNameTheField) {
     EXPECT_THROW(DecoderConfig::parse(R"({"model_type": "bert"})", "c.json"), Error);
     try {
