@@ -6,22 +6,13 @@
 #include <set>
 #include <thread>
 
-#include "backends/cpu/cpu_features.h"
+#include "backends/backend.h"
 #include "backends/cpu/reference/kernel.h"
-#include "backends/cpu/fast/tactics.h"
-#include "backends/cuda/cuda_executor.h"
-#include "backends/cuda/cuda_parameters.h"
-#include "engine/tactic_selection.h"
+#include "backends/memory_plan.h"
 #include "passes/pass.h"
 #include "quant/qdq_insertion.h"
 
 namespace kiln {
-
-const ParameterSpec& memoryPlannerParameter() {
-    static const ParameterSpec p{"memory.planner", {"none", "greedy", "linear"}, "greedy", "runtime",
-                                 "Activation memory plan: a buffer per value, best-fit reuse by size, or first-fit in execution order"};
-    return p;
-}
 
 const ParameterSpec& quantSkipFirstLastParameter() {
     static const ParameterSpec p{"quant.skip_first_last", {"off", "on"}, "off", "quant",
@@ -38,8 +29,7 @@ const ParameterSpec& debugFaultParameter() {
 const ParameterSpace& Builder::space() {
     static const ParameterSpace s = [] {
         std::vector<ParameterSpec> all = passParameters();
-        for (const auto& p : tacticParameters()) all.push_back(p);
-        for (const auto& p : cuda::cudaParameters()) all.push_back(p);
+        for (const auto& p : backendParameters()) all.push_back(p);
         all.push_back(quantSkipFirstLastParameter());
         all.push_back(memoryPlannerParameter());
         all.push_back(debugFaultParameter());
@@ -52,7 +42,7 @@ Builder::Builder(Graph model, std::string model_hash, std::string target)
     : model_(std::move(model)), model_hash_(std::move(model_hash)), target_(std::move(target)), route_(BuildRoute::defaults(space())) {
     // Names the target without touching the device (a tuner parent must not start CUDA
     // before it forks candidate processes).
-    check(target_ == "cpu" || target_ == "cuda", "unknown target '" + target_ + "' (targets: cpu, cuda)");
+    backendFor(target_);
 }
 
 void Builder::setShapeProfile(ShapeProfile profile) {
@@ -86,22 +76,6 @@ RouteValues Builder::passRoute(const BuildRoute& r) const {
     return v;
 }
 
-BuildRoute keepNativeCpuPrecisions(const BuildRoute& route, bool native_f16, bool native_bf16, std::vector<std::string>* warnings) {
-    BuildRoute out = route;
-    for (const ParameterSpec& spec : Builder::space().parameters()) {
-        if (spec.owner != "precision_assignment") continue;  // the CPU's per-op-class precisions
-        const std::string& p = spec.name;
-        const std::string v = route.get(p);
-        const bool emulated = (v == "f16" && !native_f16) || (v == "bf16" && !native_bf16);
-        if (!emulated) continue;
-        out.set(p, "f32", Builder::space());
-        if (warnings)
-            warnings->push_back(p + "=" + v + ": this CPU has no native " + v + " (" + (v == "f16" ? "AVX512-FP16" : "AVX512-BF16 or AMX-BF16") +
-                                "), where it would be emulated about 100x slower than f32; the engine keeps f32");
-    }
-    return out;
-}
-
 std::vector<std::string> Builder::offeredValues(const std::string& parameter) const {
     std::vector<std::string> out;
     for (const std::string& v : space().get(parameter).values) {
@@ -116,13 +90,7 @@ std::vector<std::string> Builder::offeredValues(const std::string& parameter) co
 
 void Builder::setBuildRoute(const BuildRoute& route) {
     warnings_.clear();
-    route_ = targetKind(target_) == "cpu" ? keepNativeCpuPrecisions(route, cpuHasNativeF16(), cpuHasNativeBf16(), &warnings_) : route;
-    if (targetKind(target_) == "cpu") return;
-    for (const char* p : {"precision.conv", "precision.matmul"})
-        if (route_.get(p) == "int8") {
-            route_.set(p, "f32", space());
-            warnings_.push_back(std::string(p) + "=int8: the " + target_ + " target has no int8 kernels yet; the engine keeps its float precision");
-        }
+    route_ = backendFor(target_).adjustRoute(route, &warnings_);
 }
 
 Engine Builder::build() const {
@@ -170,17 +138,8 @@ Engine Builder::build() const {
     for (const auto& n : e.graph.nodes)
         if (!referenceKernels().find(n.op_type)) missing += (missing.empty() ? "" : ", ") + n.describe();
     check(missing.empty(), "no CPU kernel for " + missing);
-    if (targetKind(e.target) == "cuda") e.tactics = selectCudaTactics(e);
-    else e.tactics = selectTactics(e.graph, route_.values(), timing_cache_, buildShapes(e));
+    e.tactics = backendFor(target_).selectTactics(e.graph, route_.values(), timing_cache_, buildShapes(e));
     return e;
-}
-
-// CUDA tactics are chosen by running the graph once at the profile's opt shapes (or the
-// declared static shapes); with symbolic dims and no profile the runtime uses heuristics.
-std::map<std::string, std::string> Builder::selectCudaTactics(const Engine& e) const {
-    const auto shapes = buildShapes(e);
-    if (shapes.empty() && !e.graph.runtimeInputs().empty()) return {};
-    return cuda::calibrateTactics(e.graph, route_.values(), shapes);
 }
 
 // Every runtime input's shape for timing: the profile's opt shape, else its static shape;
@@ -215,12 +174,12 @@ void collectOpTypes(const Graph& g, std::set<std::string>& out) {
 }
 
 // Parameters read after the passes: by tactic selection or at run time.
-bool actsAfterPasses(const ParameterSpec& p) { return p.owner == "runtime" || p.owner == "backends/cpu" || p.owner == "backends/cuda"; }
+bool actsAfterPasses(const ParameterSpec& p) { return p.owner == "runtime" || p.owner.rfind("backends/", 0) == 0; }
 
 // Whether such a parameter acts on an optimized graph with these ops, on this target kind:
 // the backends' own parameters on their target, kernel choices only where their ops are.
 bool actsOn(const ParameterSpec& p, const std::string& target_kind, const std::set<std::string>& op_types) {
-    const bool other_target = p.owner != "runtime" && (p.owner == "backends/cuda") != (target_kind == "cuda");
+    const bool other_target = p.owner != "runtime" && p.owner.rfind("backends/", 0) == 0 && p.owner != "backends/" + target_kind;
     const bool has_ops = p.ops.empty() || std::any_of(p.ops.begin(), p.ops.end(), [&](const std::string& op) { return op_types.count(op) > 0; });
     return !op_types.empty() && !other_target && has_ops;
 }

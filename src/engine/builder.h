@@ -18,8 +18,8 @@ public:
 
     // Every parameter: passes, runtime and hidden debug parameters.
     static const ParameterSpace& space();
-    // On the CPU, reduced precisions the machine would only emulate are set back to f32,
-    // each with a warning (keepNativeCpuPrecisions).
+    // Values the target cannot honour are set back, each with a warning (Backend::adjustRoute:
+    // on the CPU, reduced precisions it would only emulate).
     void setBuildRoute(const BuildRoute& route);
     // What the builder changed or doubts about the route, one line each (the CLI prints them).
     const std::vector<std::string>& warnings() const { return warnings_; }
@@ -57,7 +57,6 @@ private:
     RouteValues passRoute(const BuildRoute& r) const;
     // The model the passes start from under route r: quantized where it asks for int8.
     Graph quantized(const BuildRoute& r) const;
-    std::map<std::string, std::string> selectCudaTactics(const Engine& e) const;
     std::map<std::string, Dims> buildShapes(const Engine& e) const;
     Graph model_;
     std::string model_hash_;
@@ -69,17 +68,11 @@ private:
     std::vector<std::string> warnings_;
 };
 
-// The route with each CPU precision parameter (those of the precision_assignment pass:
-// precision.matmul, .conv, ...) that asks for f16 or bf16 without native support set back to f32, and a
-// warning for each: a precision never makes an engine slower without saying so.
-BuildRoute keepNativeCpuPrecisions(const BuildRoute& route, bool native_f16, bool native_bf16, std::vector<std::string>* warnings);
 
 // Whether the route asks for int8 products (precision.conv or precision.matmul=int8).
 bool int8Requested(const BuildRoute& route);
 // quant.skip_first_last: with int8 products, the first and the last stay f32.
 const ParameterSpec& quantSkipFirstLastParameter();
-// The memory planner parameter, read by the runtime from the engine's route.
-const ParameterSpec& memoryPlannerParameter();
 // The hidden fault-injection parameter the tuner's isolation tests use.
 const ParameterSpec& debugFaultParameter();
 

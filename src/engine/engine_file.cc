@@ -29,7 +29,7 @@
 
 #include "ir/file_write.h"
 
-#include "backends/cuda/cuda_executor.h"
+#include "backends/backend.h"
 
 namespace kiln {
 
@@ -283,17 +283,7 @@ std::string readAll(const fs::path& path) {
 
 }  // namespace
 
-std::string targetSignature(const std::string& target) {
-    if (target == "cuda") return cuda::deviceSignature();
-    check(target == "cpu", "unknown target '" + target + "' (targets: cpu, cuda)");
-#if defined(__x86_64__)
-    return "cpu/x86_64/generic";
-#elif defined(__aarch64__)
-    return "cpu/aarch64/generic";
-#else
-    return "cpu/unknown/generic";
-#endif
-}
+std::string targetSignature(const std::string& target) { return backendFor(target).signature(); }
 
 std::string serializeEngine(const Engine& e) {
     Writer w;

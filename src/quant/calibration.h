@@ -8,7 +8,7 @@
 
 #include "ir/graph.h"
 #include "quant/qdq_insertion.h"
-#include "runtime/executor.h"
+#include "backends/cpu/graph_executor.h"
 
 namespace kiln {
 

@@ -10,7 +10,7 @@
 
 #include "engine/engine.h"
 #include "ir/graph.h"
-#include "runtime/executor.h"
+#include "backends/cpu/graph_executor.h"
 
 namespace kiln::tools {
 

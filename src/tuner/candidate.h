@@ -7,7 +7,7 @@
 
 #include "engine/builder.h"
 #include "quant/qdq_insertion.h"
-#include "runtime/executor.h"
+#include "backends/cpu/graph_executor.h"
 #include "tuner/statistics.h"
 
 namespace kiln {

@@ -23,7 +23,7 @@
 #include "onnx_import/tensor_proto.h"
 #include "engine/builder.h"
 #include "runtime/context.h"
-#include "runtime/executor.h"
+#include "backends/cpu/graph_executor.h"
 
 namespace fs = std::filesystem;
 using namespace kiln;

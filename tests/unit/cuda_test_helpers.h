@@ -11,7 +11,7 @@
 #include "engine/builder.h"
 #include "runtime/accuracy.h"
 #include "runtime/context.h"
-#include "runtime/executor.h"
+#include "backends/cpu/graph_executor.h"
 
 namespace kiln::testing {
 

@@ -9,7 +9,7 @@
 
 #include "engine/builder.h"
 #include "runtime/accuracy.h"
-#include "runtime/executor.h"
+#include "backends/cpu/graph_executor.h"
 #include "test_helpers.h"
 
 namespace kiln::testing {

@@ -9,7 +9,7 @@
 #include "engine/coverage.h"
 #include "runtime/accuracy.h"
 #include "runtime/context.h"
-#include "runtime/executor.h"
+#include "backends/cpu/graph_executor.h"
 #include "test_helpers.h"
 
 using namespace kiln;

@@ -8,12 +8,12 @@
 
 #include "backends/cpu/cpu_features.h"
 #include "engine/builder.h"
-#include "engine/tactic_selection.h"
+#include "backends/cpu/tactic_selection.h"
 #include "onnx_import/importer.h"
 #include "onnx_import/tensor_proto.h"
 #include "runtime/accuracy.h"
 #include "runtime/context.h"
-#include "runtime/memory_plan.h"
+#include "backends/memory_plan.h"
 #include "test_helpers.h"
 
 using namespace kiln;

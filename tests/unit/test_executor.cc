@@ -7,7 +7,7 @@
 #include "backends/cpu/reference/kernel_util.h"
 #include "onnx_import/importer.h"
 #include "runtime/accuracy.h"
-#include "runtime/executor.h"
+#include "backends/cpu/graph_executor.h"
 #include "test_helpers.h"
 
 using namespace kiln;

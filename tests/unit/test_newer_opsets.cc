@@ -11,7 +11,7 @@
 #include "onnx_import/tensor_proto.h"
 #include "runtime/accuracy.h"
 #include "runtime/context.h"
-#include "runtime/executor.h"
+#include "backends/cpu/graph_executor.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;

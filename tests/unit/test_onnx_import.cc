@@ -2,7 +2,7 @@
 
 #include "onnx_import/importer.h"
 #include "onnx_import/tensor_proto.h"
-#include "runtime/executor.h"
+#include "backends/cpu/graph_executor.h"
 #include "test_helpers.h"
 
 using namespace kiln;

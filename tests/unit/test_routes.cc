@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_features.h"
 #include "engine/builder.h"
 #include "route/expression.h"

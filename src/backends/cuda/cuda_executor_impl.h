@@ -16,7 +16,7 @@
 #include "backends/cuda/cuda_executor.h"
 #include "backends/cuda/cuda_op.h"
 #include "backends/cuda/device_buffer.h"
-#include "runtime/memory_plan.h"
+#include "backends/memory_plan.h"
 
 namespace kiln::cuda {
 

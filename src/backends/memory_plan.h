@@ -5,7 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "ir/parameter.h"
+
 namespace kiln {
+
+// memory.planner: the strategy below, read at run time by every target's executor.
+const ParameterSpec& memoryPlannerParameter();
 
 struct BufferRequest {
     size_t first_use;  // index of the producing node

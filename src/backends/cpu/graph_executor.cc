@@ -1,4 +1,4 @@
-#include "runtime/executor.h"
+#include "backends/cpu/graph_executor.h"
 
 #include <chrono>
 #include <cstdio>

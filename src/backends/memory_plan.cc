@@ -1,4 +1,4 @@
-#include "runtime/memory_plan.h"
+#include "backends/memory_plan.h"
 
 #include <algorithm>
 #include <numeric>
@@ -6,6 +6,13 @@
 #include "ir/error.h"
 
 namespace kiln {
+
+const ParameterSpec& memoryPlannerParameter() {
+    static const ParameterSpec p{"memory.planner", {"none", "greedy", "linear"}, "greedy", "runtime",
+                                 "Activation memory plan: a buffer per value, best-fit reuse by size, or first-fit in execution order"};
+    return p;
+}
+
 
 namespace {
 constexpr size_t kAlign = 64;

@@ -1,4 +1,4 @@
-#include "engine/tactic_selection.h"
+#include "backends/cpu/tactic_selection.h"
 
 #include <chrono>
 #include <fstream>
