@@ -50,6 +50,9 @@ public:
     // The route a build on this target takes: values it cannot honour are set back, each with
     // a warning (a precision it would only emulate, int8 where it has no int8 kernels).
     virtual BuildRoute adjustRoute(const BuildRoute& route, std::vector<std::string>* warnings) const = 0;
+    // The parameters a precision flag (--fp16, --bf16, --int8) sets to that precision on this
+    // target; empty when the target has no such precision.
+    virtual std::vector<std::string> precisionParameters(const std::string& precision) const = 0;
     // The tactic per node of an optimized graph. `shapes`: every runtime input's build shape
     // (the profile's opt), empty when some is unknown; `cache` may be null.
     virtual std::map<std::string, std::string> selectTactics(const Graph& graph, const RouteValues& route, TimingCache* cache,

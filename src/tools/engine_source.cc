@@ -65,15 +65,14 @@ void addBuildOptions(CLI::App& cmd, BuildOptions& o) {
 
 BuildRoute routeFromOptions(const BuildOptions& o) {
     check(!(o.fp16 && o.bf16), "--fp16 and --bf16 exclude each other");
-    check(!o.int8 || o.target == "cpu", "--int8: the cuda target has no int8 kernels yet; build it for --target cpu");
     check(!o.int8 || (!o.fp16 && !o.bf16), "--int8 excludes --fp16 and --bf16");
     BuildRoute route = BuildRoute::defaults(Builder::space());
-    if (o.int8)
-        for (const char* p : {"precision.conv", "precision.matmul"}) route.set(p, "int8", Builder::space());
-    const char* low = o.fp16 ? "f16" : (o.bf16 ? "bf16" : nullptr);
-    if (low && o.target == "cuda") route.set("precision.activations", low, Builder::space());
-    else if (low)
-        for (const char* p : {"precision.matmul", "precision.conv", "precision.attention"}) route.set(p, low, Builder::space());
+    const char* precision = o.int8 ? "int8" : (o.fp16 ? "f16" : (o.bf16 ? "bf16" : nullptr));
+    if (precision) {
+        const auto params = backendFor(o.target).precisionParameters(precision);
+        check(!params.empty(), [&] { return std::string("--") + precision + ": the " + o.target + " target has no " + precision + " kernels yet; build it for --target cpu"; });
+        for (const auto& p : params) route.set(p, precision, Builder::space());
+    }
     BuildRoute given = BuildRoute::parse(o.route, Builder::space());
     for (const auto& [k, v] : given.values())
         if (v != Builder::space().get(k).default_value) route.set(k, v, Builder::space());

@@ -108,7 +108,8 @@ TEST(Cli, TuneKilledMidSearchResumesWithoutRepeatingCandidates) {
     EXPECT_EQ(runCommand("kill -9 -" + pid, &kill_out), 0) << "pid [" << pid << "] " << kill_out;
     const auto measured_before = lines();
     EXPECT_GE(measured_before, 1);
-    Result resumed = kilnCli(args + " --continue --timeout-per-candidate 2 --json");
+    // 4 s: long enough for a real candidate on a loaded machine, short for the two that hang.
+    Result resumed = kilnCli(args + " --continue --timeout-per-candidate 4 --json");
     ASSERT_EQ(resumed.rc, 0) << resumed.out;
     EXPECT_NE(resumed.out.find("\"from_cache\": " + std::to_string(measured_before)), std::string::npos) << resumed.out;
     EXPECT_NE(resumed.out.find("\"timeout\": 2"), std::string::npos) << resumed.out;  // both hang routes

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_features.h"
 #include "engine/builder.h"
@@ -125,4 +127,30 @@ TEST(BuildRoute, EmulatedCpuPrecisionsStayF32WithAWarning) {
     cuda.setBuildRoute(asked);
     EXPECT_EQ(cuda.getBuildRoute(), asked);
     EXPECT_TRUE(cuda.warnings().empty());
+}
+
+// The registry finds a target by kind or signature and names the known ones otherwise; each
+// target says which parameters a precision flag sets there (one flag, every target).
+TEST(Backends, RegistryAndPrecisionFlagsPerTarget) {
+    EXPECT_EQ(backendFor("cpu").name(), "cpu");
+    EXPECT_EQ(backendFor("cuda/sm_90/NVIDIA H200").name(), "cuda");
+    EXPECT_EQ(backendNames(), (std::vector<std::string>{"cpu", "cuda"}));
+    try {
+        backendFor("tpu");
+        ADD_FAILURE() << "an unknown target was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("targets: cpu, cuda"), std::string::npos) << e.what();
+    }
+    const auto cpu_f16 = backendFor("cpu").precisionParameters("f16");
+    EXPECT_NE(std::find(cpu_f16.begin(), cpu_f16.end(), "precision.matmul"), cpu_f16.end());
+    EXPECT_EQ(backendFor("cuda").precisionParameters("bf16"), (std::vector<std::string>{"precision.activations"}));
+    EXPECT_TRUE(backendFor("cuda").precisionParameters("int8").empty());
+    EXPECT_EQ(backendFor("cpu").precisionParameters("int8"), (std::vector<std::string>{"precision.conv", "precision.matmul"}));
+    // Every parameter a flag sets exists in the space, with that value allowed.
+    for (const auto& target : backendNames())
+        for (const char* precision : {"f16", "bf16", "int8"})
+            for (const auto& p : backendFor(target).precisionParameters(precision)) {
+                const auto& values = Builder::space().get(p).values;
+                EXPECT_NE(std::find(values.begin(), values.end(), precision), values.end()) << target << " " << p << "=" << precision;
+            }
 }

@@ -170,6 +170,12 @@ public:
     BuildRoute adjustRoute(const BuildRoute& route, std::vector<std::string>* warnings) const override {
         return keepNativeCpuPrecisions(route, cpuHasNativeF16(), cpuHasNativeBf16(), warnings);
     }
+    // Per op class: f16/bf16 products (f32 results), int8 from calibration ranges.
+    std::vector<std::string> precisionParameters(const std::string& precision) const override {
+        if (precision == "int8") return {"precision.conv", "precision.matmul"};
+        if (precision == "f16" || precision == "bf16") return {"precision.matmul", "precision.conv", "precision.attention"};
+        return {};
+    }
     std::map<std::string, std::string> selectTactics(const Graph& graph, const RouteValues& route, TimingCache* cache,
                                                      const std::map<std::string, Dims>& shapes) const override {
         return kiln::selectTactics(graph, route, cache, shapes);

@@ -47,6 +47,11 @@ public:
             }
         return out;
     }
+    // The storage type of every float value (f32 accumulation); no int8 kernels yet.
+    std::vector<std::string> precisionParameters(const std::string& precision) const override {
+        if (precision == "f16" || precision == "bf16") return {"precision.activations"};
+        return {};
+    }
     // Timed by running the graph once at the build shapes; with a symbolic dim and no profile
     // there are none, and the executor chooses by heuristics at run time.
     std::map<std::string, std::string> selectTactics(const Graph& graph, const RouteValues& route, TimingCache*,
