@@ -33,7 +33,7 @@ struct TargetStats {
 class TargetExecutor {
 public:
     virtual ~TargetExecutor() = default;
-    // Inputs are checked against the graph; `stats` gets the run's figures.
+    // Checks the inputs against the graph (checkInputs), then runs; `stats` gets the run's figures.
     virtual std::vector<Tensor> run(const TensorMap& inputs, TargetStats& stats) = 0;
 };
 

@@ -81,9 +81,7 @@ std::vector<std::string> Builder::offeredValues(const std::string& parameter) co
     for (const std::string& v : space().get(parameter).values) {
         BuildRoute r = BuildRoute::defaults(space());
         r.set(parameter, v, space());
-        Builder probe(Graph{}, "", target_);
-        probe.setBuildRoute(r);
-        if (probe.getBuildRoute().get(parameter) == v) out.push_back(v);
+        if (backendFor(target_).adjustRoute(r, nullptr).get(parameter) == v) out.push_back(v);
     }
     return out;
 }

@@ -62,8 +62,9 @@ std::string buildAndValidate(const Graph& model, const std::string& model_hash, 
 
 // In a child: warm-up and timed runs of a validated engine. With several timed cases (the
 // geomean objective) each iteration runs every case once and its sample is the geometric
-// mean of their times, so the statistics downstream see one number per iteration.
-std::string timeEngine(const Engine& engine, const Golden& golden, const MeasurePolicy& policy, double error) {
+// mean of their times, so the statistics downstream see one number per iteration. The
+// result carries `engine_id` when one is given.
+std::string timeEngine(const Engine& engine, const Golden& golden, const MeasurePolicy& policy, double error, const std::string& engine_id = "") {
     try {
         ExecutionContext ctx(engine);
         std::vector<const GoldenCase*> timed;
@@ -84,7 +85,9 @@ std::string timeEngine(const Engine& engine, const Golden& golden, const Measure
             for (const GoldenCase* c : timed) log_sum += std::log(std::max(timeOnce(*c), 1e-9));
             samples.push_back(std::exp(log_sum / static_cast<double>(timed.size())));
         }
-        return nlohmann::json{{"outcome", "ok"}, {"error", error}, {"samples_ms", samples}}.dump();
+        nlohmann::json j = {{"outcome", "ok"}, {"error", error}, {"samples_ms", samples}};
+        if (!engine_id.empty()) j["engine_id"] = engine_id;
+        return j.dump();
     } catch (const std::exception& e) {
         return nlohmann::json{{"outcome", "crash"}, {"message", std::string("run failed: ") + e.what()}}.dump();
     }
@@ -99,9 +102,7 @@ std::string evaluateInChild(const Graph& model, const std::string& model_hash, c
     const std::string id = Builder::engineIdentity(engine);
     if (auto twin = known.find(id); twin != known.end())
         return nlohmann::json{{"outcome", "ok"}, {"error", error}, {"engine_id", id}, {"same_engine_as", twin->second}}.dump();
-    auto j = nlohmann::json::parse(timeEngine(engine, golden, policy, error));
-    j["engine_id"] = id;
-    return j.dump();
+    return timeEngine(engine, golden, policy, error, id);
 }
 
 // A forked child whose result arrives as text on a pipe.

@@ -1,5 +1,6 @@
 #include "backends/cuda/cuda_backend.h"
 
+#include "backends/cpu/graph_executor.h"
 #include "backends/cuda/cuda_executor.h"
 #include "backends/cuda/cuda_parameters.h"
 #include "passes/pass.h"
@@ -11,8 +12,9 @@ namespace {
 class CudaTargetExecutor : public TargetExecutor {
 public:
     CudaTargetExecutor(const Graph& graph, const std::map<std::string, std::string>& tactics, const RouteValues& route)
-        : executor_(graph, cuda::CudaOptions{route, tactics, false}) {}
+        : graph_(graph), executor_(graph, cuda::CudaOptions{route, tactics, false}) {}
     std::vector<Tensor> run(const TensorMap& inputs, TargetStats& stats) override {
+        checkInputs(graph_, inputs);
         auto outputs = executor_.run(inputs);
         const cuda::CudaStats& s = executor_.stats();
         stats.gpu = true;
@@ -29,6 +31,7 @@ public:
     }
 
 private:
+    const Graph& graph_;
     cuda::CudaExecutor executor_;
 };
 

@@ -143,7 +143,7 @@ ParsedRequest parseRequest(const json& body, bool chat, const ServedModel& m) {
     const bool has_max_completion = body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null();
     const char* max_field = has_max_completion ? "max_completion_tokens" : "max_tokens";
     r.max_tokens = field(body, max_field, int64_t(0));
-    const bool max_given = r.max_tokens != 0 || (body.contains(max_field) && !body[max_field].is_null());
+    const bool max_given = body.contains(max_field) && !body[max_field].is_null();
     r.sampling.temperature = field(body, "temperature", 1.0f);
     r.sampling.top_p = field(body, "top_p", 1.0f);
     r.sampling.top_k = field(body, "top_k", int64_t(0));
@@ -156,8 +156,8 @@ ParsedRequest parseRequest(const json& body, bool chat, const ServedModel& m) {
     if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) throw badField("top_p", "must be in (0, 1]");
     if (r.sampling.top_k < 0) throw badField("top_k", "must not be negative");
     if (!(r.sampling.repetition_penalty > 0)) throw badField("repetition_penalty", "must be positive");
-    for (const char* k : {"presence_penalty", "frequency_penalty"})
-        if (const float v = k[0] == 'p' ? r.sampling.presence_penalty : r.sampling.frequency_penalty; !(v >= -2 && v <= 2)) throw badField(k, "must be in [-2, 2]");
+    for (const auto& [k, v] : {std::pair{"presence_penalty", r.sampling.presence_penalty}, std::pair{"frequency_penalty", r.sampling.frequency_penalty}})
+        if (!(v >= -2 && v <= 2)) throw badField(k, "must be in [-2, 2]");
     if (body.contains("stop_token_ids") && !body["stop_token_ids"].is_null()) {
         const json& s = body["stop_token_ids"];
         if (!s.is_array() || !std::all_of(s.begin(), s.end(), [](const json& t) { return t.is_number_integer(); }))

@@ -172,12 +172,11 @@ struct OpenAiServer::Impl {
             if (p.logprobs) c["logprobs"] = chat ? chatLogprobs(tokenizer.get(), lps) : completionLogprobs(tokenizer.get(), lps, offset);
             out["choices"].push_back(c);
         }
-        out["usage"] = usage(p, completion_tokens);
+        out["usage"] = usage(static_cast<int64_t>(p.request.prompt.size()), completion_tokens);
         res.set_content(jsonText(out), "application/json");
     }
 
-    static json usage(const ParsedRequest& p, int64_t completion_tokens) {
-        const auto prompt = static_cast<int64_t>(p.request.prompt.size());
+    static json usage(int64_t prompt, int64_t completion_tokens) {
         return {{"prompt_tokens", prompt}, {"completion_tokens", completion_tokens}, {"total_tokens", prompt + completion_tokens}};
     }
 
@@ -195,7 +194,7 @@ struct OpenAiServer::Impl {
         state->offsets.assign(choices.size(), 0);
         state->choices = std::move(choices);
         const bool logprobs = p.logprobs, include_usage = p.include_usage;
-        const json usage_zero = usage(p, 0);
+        const auto prompt_tokens = static_cast<int64_t>(p.request.prompt.size());
         auto event = [this, head, chat, state, logprobs](size_t i, const ChoiceDelta& d, bool final_event) {
             json c = {{"index", i}, {"finish_reason", final_event && d.finish ? json(d.finish) : json(nullptr)}, {"logprobs", nullptr}};
             if (chat) {
@@ -212,7 +211,7 @@ struct OpenAiServer::Impl {
         };
         res.set_header("Cache-Control", "no-cache");
         ++in_flight;  // until the stream's last event: a drain waits for it
-        res.set_chunked_content_provider("text/event-stream", [this, state, event, include_usage, usage_zero](size_t, httplib::DataSink& sink) {
+        res.set_chunked_content_provider("text/event-stream", [this, state, event, include_usage, prompt_tokens](size_t, httplib::DataSink& sink) {
             try {
                 std::string out;
                 bool all_done = true;
@@ -232,9 +231,7 @@ struct OpenAiServer::Impl {
                 }
                 if (all_done) {
                     if (include_usage) {
-                        json chunk = {{"choices", json::array()}, {"usage", usage_zero}};
-                        chunk["usage"]["completion_tokens"] = completion_tokens;
-                        chunk["usage"]["total_tokens"] = usage_zero["prompt_tokens"].get<int64_t>() + completion_tokens;
+                        const json chunk = {{"choices", json::array()}, {"usage", usage(prompt_tokens, completion_tokens)}};
                         out += "data: " + jsonText(chunk) + "\n\n";
                     }
                     out += "data: [DONE]\n\n";
