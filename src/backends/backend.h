@@ -67,6 +67,8 @@ public:
 const Backend& backendFor(const std::string& target);
 // Every registered kind, in registry order.
 std::vector<std::string> backendNames();
+// The same for help texts: "cpu, cuda or reference".
+std::string backendNamesText();
 // Every backend's parameters, in registry order.
 std::vector<ParameterSpec> backendParameters();
 

@@ -149,7 +149,7 @@ void addTuneCommand(CLI::App& app) {
     cmd->add_flag("--continue", o.resume, "Reuse the tuning cache: skip candidates it already holds");
     cmd->add_option("--strategy", c->strategy, "exhaustive | greedy | mixed (default: exhaustive up to 64 routes, else mixed); random:N and one-at-a-time go in --expr");
     cmd->add_option("--budget", c->budget, "Stop after N new candidates, or after a time: 90s, 10m, 1h");
-    cmd->add_option("--target", o.policy.target, "Target: cpu or cuda (on cuda, candidates are timed by GPU compute)")->check(CLI::IsMember(backendNames()));
+    cmd->add_option("--target", o.policy.target, "Target: " + backendNamesText() + " (on a GPU target, candidates are timed by GPU compute)")->check(CLI::IsMember(backendNames()));
     cmd->add_option("--timeout-per-candidate", o.policy.timeout_s, "Seconds before a candidate counts as a timeout");
     cmd->add_option("--jobs", o.jobs, "Build and validate this many candidates in parallel (timing is always one at a time)");
     cmd->add_option("--warmup", o.policy.warmup, "Warm-up runs per candidate");

@@ -52,7 +52,7 @@ std::shared_ptr<const CalibrationTable> calibrationFor(const std::string& calib,
 
 void addBuildOptions(CLI::App& cmd, BuildOptions& o) {
     cmd.add_option("--route", o.route, "Build route: name=value pairs separated by ';' (others keep defaults)");
-    cmd.add_option("--target", o.target, "Target: cpu or cuda (an engine file runs on the target it was built for)")->check(CLI::IsMember(backendNames()));
+    cmd.add_option("--target", o.target, "Target: " + backendNamesText() + " (an engine file runs on the target it was built for)")->check(CLI::IsMember(backendNames()));
     cmd.add_flag("--fp16", o.fp16, "CPU: compute matmul/conv/attention in f16 (precision.{matmul,conv,attention}=f16); CUDA: precision.activations=f16");
     cmd.add_flag("--bf16", o.bf16, "As --fp16, with bf16");
     cmd.add_option("--minShapes,--min-shapes", o.min_shapes, "Shape profile minimum, NAME:DIMS (repeatable)");

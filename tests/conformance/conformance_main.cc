@@ -18,7 +18,7 @@
 #include <iostream>
 #include <set>
 
-#include "backends/cuda/cuda_executor.h"
+#include "backends/backend.h"
 #include "onnx_import/importer.h"
 #include "onnx_import/tensor_proto.h"
 #include "engine/builder.h"
@@ -164,12 +164,14 @@ int main(int argc, char** argv) {
     app.add_flag("-v,--verbose", verbose, "Print every test, not only failures");
     app.add_option("--route", route, "Build each model into an engine with this route ('default' for the default route) instead of running the reference executor");
     std::string target = "cpu";
-    app.add_option("--target", target, "Build engines for this target (cpu, cuda); cuda needs --route")->check(CLI::IsMember({"cpu", "cuda"}));
+    app.add_option("--target", target, "Build engines for this target (" + backendNamesText() + "); other than cpu, implies --route default")
+        ->check(CLI::IsMember(backendNames()));
     CLI11_PARSE(app, argc, argv);
-    if (target == "cuda") {
-        std::string why;
-        if (!cuda::deviceAvailable(&why)) {
-            std::cout << "conformance on CUDA skipped: no GPU (" << why << ")\n";
+    if (target != "cpu") {
+        try {
+            backendFor(target).signature();  // throws where the target cannot run (no GPU)
+        } catch (const Error& e) {
+            std::cout << "conformance on " << target << " skipped: " << e.what() << "\n";
             return 77;  // CTest's skip code (SKIP_RETURN_CODE)
         }
         if (route.empty()) route = "default";

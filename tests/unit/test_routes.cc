@@ -134,12 +134,12 @@ TEST(BuildRoute, EmulatedCpuPrecisionsStayF32WithAWarning) {
 TEST(Backends, RegistryAndPrecisionFlagsPerTarget) {
     EXPECT_EQ(backendFor("cpu").name(), "cpu");
     EXPECT_EQ(backendFor("cuda/sm_90/NVIDIA H200").name(), "cuda");
-    EXPECT_EQ(backendNames(), (std::vector<std::string>{"cpu", "cuda"}));
+    EXPECT_EQ(backendNames(), (std::vector<std::string>{"cpu", "cuda", "reference"}));
     try {
         backendFor("tpu");
         ADD_FAILURE() << "an unknown target was accepted";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("targets: cpu, cuda"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("targets: cpu, cuda or reference"), std::string::npos) << e.what();
     }
     const auto cpu_f16 = backendFor("cpu").precisionParameters("f16");
     EXPECT_NE(std::find(cpu_f16.begin(), cpu_f16.end(), "precision.matmul"), cpu_f16.end());
