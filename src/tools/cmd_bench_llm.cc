@@ -38,6 +38,7 @@ nlohmann::json summary(std::vector<double> v) {
 
 void execute(BenchLlmOptions& o) {
     check(o.requests > 0 && o.concurrency > 0 && o.input_len > 0 && o.output_len > 0 && o.rate >= 0, "--requests, --concurrency, --input-len, --output-len must be positive, --rate >= 0");
+    applyLlmRoute(o.target, o.scheduler);
     const LoadedLlm m = loadLlm(o.model, o.target);
     llm::Scheduler sched(*m.model, o.scheduler);
     std::mt19937_64 rng(o.seed);

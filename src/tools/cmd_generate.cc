@@ -32,7 +32,9 @@ void execute(GenerateOptions& o) {
     } else {
         o.request.prompt = parseTokenList(o.tokens, "--tokens");
     }
-    llm::Scheduler sched(*m.model, llm::SchedulerOptions{});
+    llm::SchedulerOptions scheduler;
+    applyLlmRoute(o.target, scheduler);
+    llm::Scheduler sched(*m.model, scheduler);
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
     std::vector<double> token_times;

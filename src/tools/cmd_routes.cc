@@ -1,10 +1,12 @@
 // `kiln routes MODEL [--expr EXPR] [--dry-run] [--json]`: the parameter space and which
 // parameters affect this model, or the routes an expression expands to. Builds nothing.
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "engine/builder.h"
+#include "llm/llm_parameters.h"
 #include "onnx_import/importer.h"
 #include "route/expression.h"
 #include "tools/commands.h"
@@ -45,16 +47,38 @@ void listSpace(const RoutesOptions& o) {
     std::printf("%zu parameters, %zu affect %s (values: those this machine builds as themselves; --json lists all)\n", j.size(), affects.size(), o.model.c_str());
 }
 
+// An LLM folder: the runtime's parameters and the targets each applies on.
+void listLlmSpace(const RoutesOptions& o) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& p : llm::llmSpace().parameters()) {
+        std::vector<std::string> targets;
+        for (const char* t : {"cpu", "cuda"})
+            if (llm::llmParameterApplies(p.name, t)) targets.emplace_back(t);
+        j.push_back({{"name", p.name}, {"values", p.values}, {"default", p.default_value}, {"owner", p.owner}, {"description", p.description}, {"targets", targets}});
+    }
+    if (o.json) {
+        std::cout << nlohmann::json{{"model", o.model}, {"parameters", j}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        return;
+    }
+    std::printf("%-30s %-28s %-8s %-9s %s\n", "parameter", "values", "default", "targets", "description");
+    for (const auto& p : j)
+        std::printf("%-30s %-28s %-8s %-9s %s\n", p["name"].get<std::string>().c_str(), joined(p["values"]).c_str(), p["default"].get<std::string>().c_str(),
+                    joined(p["targets"]).c_str(), p["description"].get<std::string>().c_str());
+    std::printf("%zu LLM runtime parameters (set with --route on generate, serve and bench-llm; searched by kiln tune %s)\n", j.size(), o.model.c_str());
+}
+
 void listRoutes(const RoutesOptions& o) {
-    importOnnxModel(o.model);  // the model must load, even though expansion does not need it
-    ExpandedRoutes r = expandRouteExpression(o.expr, Builder::space(), o.seed);
+    const bool llm_folder = std::filesystem::is_directory(o.model);
+    if (!llm_folder) importOnnxModel(o.model);  // the model must load, even though expansion does not need it
+    const ParameterSpace& space = llm_folder ? llm::llmSpace() : Builder::space();
+    ExpandedRoutes r = expandRouteExpression(o.expr, space, o.seed);
     if (o.json) {
         nlohmann::json routes = nlohmann::json::array();
-        for (const auto& route : r.routes) routes.push_back({{"hash", route.hash()}, {"changes", route.changesText(Builder::space())}, {"route", route.text()}});
+        for (const auto& route : r.routes) routes.push_back({{"hash", route.hash()}, {"changes", route.changesText(space)}, {"route", route.text()}});
         std::cout << nlohmann::json{{"expression", o.expr}, {"count", r.routes.size()}, {"generated", r.generated}, {"routes", routes}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         return;
     }
-    for (size_t i = 0; i < r.routes.size(); ++i) std::printf("%4zu  %s  %s\n", i + 1, r.routes[i].hash().c_str(), r.routes[i].changesText(Builder::space()).c_str());
+    for (size_t i = 0; i < r.routes.size(); ++i) std::printf("%4zu  %s  %s\n", i + 1, r.routes[i].hash().c_str(), r.routes[i].changesText(space).c_str());
     std::printf("%zu routes (%zu generated, %zu duplicates removed)\n", r.routes.size(), r.generated, r.generated - r.routes.size());
 }
 
@@ -63,12 +87,16 @@ void listRoutes(const RoutesOptions& o) {
 void addRoutesCommand(CLI::App& app) {
     auto o = std::make_shared<RoutesOptions>();
     CLI::App* cmd = app.add_subcommand("routes", "List the parameter space for a model, or the routes a route expression expands to");
-    cmd->add_option("model", o->model, "Model file (.onnx)")->required();
+    cmd->add_option("model", o->model, "Model file (.onnx), or an LLM folder (its runtime parameters)")->required();
     cmd->add_option("--expr", o->expr, "Route expression, e.g. 'fusion.*=[on,off] precision.matmul=[f32,f16]'");
     cmd->add_flag("--dry-run", o->dry_run, "Only list routes, build nothing (always the case for this command)");
     cmd->add_option("--seed", o->seed, "Seed for random:N");
     cmd->add_flag("--json", o->json, "Machine-readable output");
-    cmd->callback([o] { o->expr.empty() ? listSpace(*o) : listRoutes(*o); });
+    cmd->callback([o] {
+        if (!o->expr.empty()) listRoutes(*o);
+        else if (std::filesystem::is_directory(o->model)) listLlmSpace(*o);
+        else listSpace(*o);
+    });
 }
 
 }  // namespace kiln::tools

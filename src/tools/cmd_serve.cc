@@ -35,6 +35,7 @@ void execute(ServeOptions& o) {
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGUSR2);  // from this thread: run() has ended, the waiter may go
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    applyLlmRoute(o.target, o.server.scheduler);
     LoadedLlm m = loadLlm(o.model, o.target);
     llm::server::OpenAiServer server(o.server, *m.model, m.tokenizer);
     std::thread waiter([&] {

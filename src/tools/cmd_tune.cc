@@ -2,14 +2,17 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "backends/backend.h"
+#include "llm/model_loader.h"
 #include "onnx_import/importer.h"
 #include "route/expression.h"
 #include "tools/commands.h"
+#include "tools/cmd_tune_llm.h"
 #include "tools/engine_source.h"
 #include "tools/tune_mpi.h"
 #include "tuner/tuner.h"
@@ -26,6 +29,7 @@ struct TuneCommand {
     std::vector<std::string> shapes;  // NAME:DIMS
     std::vector<std::string> min_shapes, opt_shapes, max_shapes;
     bool dry_run = false, json = false;
+    LlmTuneCommand llm;  // a model folder: the LLM runtime's parameters
 };
 
 // A progress bar with ETA when the total is known (exhaustive), a counter otherwise.
@@ -41,8 +45,31 @@ void printProgress(size_t done, size_t total, double best_ms, std::chrono::stead
                  static_cast<int>(eta), best_ms);
 }
 
+// A model folder tunes the LLM runtime; the shared flags carry over.
+void executeLlm(TuneCommand& c) {
+    const TunerOptions& o = c.options;
+    LlmTuneCommand& l = c.llm;
+    const auto targets = llm::llmTargets();
+    check(std::find(targets.begin(), targets.end(), o.policy.target) != targets.end(), "--target " + o.policy.target + ": an LLM runs on cpu or cuda");
+    check(o.objective != "geomean", "--objective geomean is for shape profiles; an LLM tunes tpot, ttft or throughput");
+    l.model = o.model_path;
+    l.policy.target = o.policy.target;
+    l.policy.expr = o.expr;
+    l.policy.objective = o.objective == "opt" ? "tpot" : o.objective;
+    l.policy.rounds = o.rounds;
+    l.policy.min_gain = o.min_gain;
+    l.policy.max_spread = o.max_spread;
+    l.policy.seed = l.policy.workload.seed = o.seed;
+    l.report = c.report;
+    l.dry_run = c.dry_run;
+    l.json = c.json;
+    executeLlmTune(l);
+}
+
 void execute(TuneCommand& c) {
     TunerOptions& o = c.options;
+    if (std::filesystem::is_directory(o.model_path)) return executeLlm(c);
+    check(o.objective == "opt" || o.objective == "geomean", "--objective " + o.objective + " is for an LLM folder; an .onnx model tunes opt or geomean");
     o.tolerance = AccuracyCriterion::parse(c.tolerance);
     if (!c.strategy.empty()) o.strategy = parseStrategy(c.strategy);
     o.budget = Budget::parse(c.budget);
@@ -133,15 +160,16 @@ void addTuneCommand(CLI::App& app) {
     TunerOptions& o = c->options;
     CLI::App* cmd = app.add_subcommand("tune", "Search build routes for the fastest engine that meets the accuracy criterion");
     cmd->option_defaults()->always_capture_default();
-    cmd->add_option("model", o.model_path, "Model file (.onnx)")->required();
+    cmd->add_option("model", o.model_path, "Model file (.onnx), or an LLM folder (tunes the llm.* runtime parameters on a serving workload)")->required();
     cmd->add_option("--expr", o.expr, "Route expression whose routes (or, for greedy/mixed, whose parameter values) are searched; default: every value of the parameters that affect the model");
     cmd->add_option("--golden", o.golden_dir, "Folder with input_N.pb / output_N.pb (default: seeded random inputs, outputs of the f32 reference)");
     cmd->add_option("--shapes", c->shapes, "Shapes of random golden inputs with symbolic dims, NAME:DIMS (repeatable; default: symbolic dims = 1)");
     cmd->add_option("--minShapes,--min-shapes", c->min_shapes, "Shape profile minimum, NAME:DIMS (repeatable): every candidate is built for the profile and checked at min, opt and max");
     cmd->add_option("--optShapes,--opt-shapes", c->opt_shapes, "Shape profile optimum, NAME:DIMS (default: the minimum)");
     cmd->add_option("--maxShapes,--max-shapes", c->max_shapes, "Shape profile maximum, NAME:DIMS");
-    cmd->add_option("--objective", o.objective, "With a profile: time at the opt shapes (opt), or the geometric mean of the times at min, opt and max (geomean)")
-        ->check(CLI::IsMember({"opt", "geomean"}));
+    cmd->add_option("--objective", o.objective,
+                    "With a profile: time at the opt shapes (opt), or the geometric mean of the times at min, opt and max (geomean); an LLM folder: tpot (opt means it), ttft or throughput")
+        ->check(CLI::IsMember({"opt", "geomean", "tpot", "ttft", "throughput"}));
     cmd->add_option("--calib", o.calib_path, "Calibration file from `kiln calibrate`: lets routes use precision.conv/precision.matmul=int8 (e.g. --expr 'precision.conv=[f32,int8] quant.skip_first_last=*')");
     cmd->add_option("--tolerance", c->tolerance,
                     "Accuracy criterion [OUTPUT:]METRIC=VALUE, repeatable: rel-l2 (default rel-l2=1e-3), max-abs, cosine, top-k=K");
@@ -163,6 +191,13 @@ void addTuneCommand(CLI::App& app) {
     cmd->add_option("-o,--output", c->output, "Write the best engine here");
     cmd->add_option("--report", c->report, "Write a report (.json or .md)");
     cmd->add_flag("--dry-run", c->dry_run, "Print the candidate routes and their count; build nothing");
+    LlmWorkload& w = c->llm.policy.workload;
+    cmd->add_option("--requests", w.requests, "LLM folder: requests of the workload each candidate runs")->check(CLI::PositiveNumber);
+    cmd->add_option("--concurrency", w.concurrency, "LLM folder: requests in flight at once")->check(CLI::PositiveNumber);
+    cmd->add_option("--input-len", w.input_len, "LLM folder: prompt tokens per request")->check(CLI::PositiveNumber);
+    cmd->add_option("--output-len", w.output_len, "LLM folder: generated tokens per request (greedy)")->check(CLI::PositiveNumber);
+    cmd->add_option("--min-token-agreement", c->llm.policy.min_agreement, "LLM folder: fraction of the default's greedy tokens a candidate must reproduce")->check(CLI::Range(0.0, 1.0));
+    cmd->add_option("--tp", c->llm.policy.tp, "LLM folder: tensor-parallel shards (cpu)")->check(CLI::PositiveNumber);
     cmd->add_flag("--json", c->json, "Machine-readable summary");
     cmd->callback([c] { execute(*c); });
 }

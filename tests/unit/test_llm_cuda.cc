@@ -13,6 +13,7 @@
 #include "llm/cuda/small_gemm_plan.h"
 #include "llm/cuda/cuda_decoder_model.h"
 #include "llm/decoder_model.h"
+#include "llm/llm_parameters.h"
 #include "llm/scheduler.h"
 #include "llm_test_models.h"
 
@@ -139,6 +140,32 @@ TEST_P(LlmCuda, LongContextDecodeMatchesTheCpuOnBothGemmPaths) {
             run = {(step * 17 + 5) % c.vocab};
         }
         EXPECT_EQ(fused_cache.length(b), prompt + 7);
+    }
+}
+
+// Every llm.cuda.* choice set away from its default at once (each selects other kernels or
+// launch settings, never other arithmetic's intent): logits of prefill and decode steps stay
+// close to the CPU's, through the route that `--route` and `kiln tune` use.
+TEST_P(LlmCuda, NonDefaultDecoderParametersKeepTheLogits) {
+    if (!gpuPresent()) GTEST_SKIP() << "no CUDA GPU here: the GPU decoder test is skipped";
+    const DecoderConfig c = gpuConfig(GetParam());
+    const auto w = randomWeights(c, 6, 0.05f);
+    const DecoderModel cpu(c, w);
+    for (const char* route : {"llm.cuda.pdl=off;llm.cuda.fused_argmax=off;llm.cuda.gemv_row_pairs=off;llm.cuda.gemv_half_products=f32;llm.cuda.gemv_ctas_per_sm=1;"
+                              "llm.cuda.weights_evict_first=off;llm.cuda.gemv_red_add=off;llm.cuda.gemv_leave_room=off;llm.cuda.attention_splits=1;llm.cuda.attention_keys=4",
+                              "llm.cuda.gemv_half_products=f16_chunk;llm.cuda.gemv_leave_room=one_chunk;llm.cuda.attention_keys=8;llm.cuda.attention_min_split=64;llm.cuda.graphs=off"}) {
+        const auto gpu = makeCudaDecoderModel(c, w, llmRuntimeOptions(parseLlmRoute(route, "cuda")).cuda);
+        PagedKvCache cpu_cache = cpu.makeCache(16, 48), gpu_cache = gpu->makeCache(16, 48);
+        const int64_t a = cpu_cache.addSequence(), b = gpu_cache.addSequence();
+        std::vector<int64_t> run = tokens(40, 3, c.vocab);
+        for (int step = 0; step < 6; ++step) {
+            const int64_t n = static_cast<int64_t>(run.size());
+            ASSERT_TRUE(cpu_cache.reserve(a, n) && gpu_cache.reserve(b, n));
+            const auto want = cpu.forwardBatch(cpu_cache, std::vector<SequenceChunk>{{a, run}});
+            const auto got = gpu->forwardBatch(gpu_cache, std::vector<SequenceChunk>{{b, run}});
+            EXPECT_LT(relativeL2(got, want), 2e-2) << route << ", step " << step;
+            run = {(step * 13 + 2) % c.vocab};
+        }
     }
 }
 

@@ -323,14 +323,12 @@ private:
     // Steps of a few tokens run the fused small GEMMs (decided per step: see linear).
     bool smallSteps(int64_t T) const { return T <= cuda::kSmallGemmMaxRows && small_gemm_; }
     // Their greedy steps take the argmax in the LM head's epilogue instead of a kernel of its
-    // own (KILN_LLM_FUSED_ARGMAX=0 keeps the kernel).
-    bool fusedArgmax(int64_t T) const {
-        static const bool on = cuda::decoderKnob("FUSED_ARGMAX", 1) != 0;
-        return on && smallSteps(T);
-    }
+    // own (llm.cuda.fused_argmax=off keeps the kernel).
+    bool fusedArgmax(int64_t T) const { return options_.knobs.fused_argmax && smallSteps(T); }
 
     // The whole step on stream_, reading metadata from act_.meta (capturable).
     void compute(int64_t T, int64_t S, int max_blocks, int64_t bs, void* pool, int64_t num_blocks, bool argmax) const {
+        const cuda::StepKnobs knobs(options_.knobs);  // the launches below read them
         using In = cuda::SmallGemmInput;
         using Out = cuda::SmallGemmOutput;
         const DecoderConfig& c = config_;

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "ir/tensor.h"
+#include "llm/cuda/decoder_knobs.h"
 #include "llm/language_model.h"
 
 namespace kiln::llm {
@@ -15,6 +16,7 @@ namespace kiln::llm {
 struct CudaDecoderOptions {
     bool cuda_graphs = true;
     bool small_gemm = true;  // fused GEMV kernels for steps of at most 4 tokens (else cuBLAS throughout)
+    DecoderKnobs knobs;
 };
 
 // Throws Error when Kiln was built without CUDA or no GPU is usable.

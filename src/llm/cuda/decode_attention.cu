@@ -19,8 +19,9 @@ namespace {
 constexpr int kAttentionThreads = 256;
 // Below this many keys a split is not worth its combine step (two more dependent trips to
 // memory): one CTA's 32 groups take 256 keys (D = 64) in one round of loads.
-// (KILN_LLM_ATTENTION_MIN_SPLIT changes it for A/B runs.)
+// (llm.cuda.attention_min_split changes it.)
 constexpr int kMinKeysPerSplit = 256;
+static_assert(DecoderKnobs{}.attention_min_split == kMinKeysPerSplit);
 
 // Keys of token t from here on are written by this step (from its chunk's first position).
 __device__ __forceinline__ int freshFrom(const StepMeta& m, int t) {
@@ -197,8 +198,8 @@ void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, 
                           __half* out, cudaStream_t s) {
     // Enough CTAs for two per SM; the split count depends on T only, so a captured graph
     // stays valid as contexts grow (splits past a short context's end exit at once).
-    // (KILN_LLM_ATTENTION_SPLITS caps it for A/B runs.)
-    static const int cap = std::clamp(decoderKnob("ATTENTION_SPLITS", kMaxAttentionSplits), 1, kMaxAttentionSplits);
+    // (llm.cuda.attention_splits caps it.)
+    const int cap = std::clamp(stepKnobs().attention_splits, 1, kMaxAttentionSplits);
     int splits = 1;
     if (scratch.partials && T * heads <= scratch.capacity) splits = std::clamp((2 * scratch.sms + T * heads - 1) / (T * heads), 1, cap);
     const dim3 grid(heads, T, splits);
@@ -206,10 +207,10 @@ void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, 
     // keys loaded before the wait) when few (token, head) pairs leave the GPU latency-bound,
     // else 4. H200, Llama-1.1B (32 heads) at batch 1, 3 interleaved rounds: 0.800-0.812
     // ms/token with 8, 0.819-0.831 with 4 (attention's time after its wait 4.5 vs 5.3 us).
-    // KILN_LLM_ATTENTION_KEYS=4 or 8 forces one.
-    static const int forced = decoderKnob("ATTENTION_KEYS", 0);
+    // llm.cuda.attention_keys=4 or 8 forces one.
+    const int forced = stepKnobs().attention_keys;
     const bool eight = forced ? forced == 8 : T * heads <= 32;
-    static const int min_split = std::max(32, decoderKnob("ATTENTION_MIN_SPLIT", kMinKeysPerSplit));
+    const int min_split = std::max(32, stepKnobs().attention_min_split);
     auto run = [&](auto kernel) { launchDependent(kernel, grid, dim3(kAttentionThreads), 0, s, heads, q, m, kv, scale, scratch, min_split, out); };
     if (kv.head_dim == 64) eight ? run(pagedAttentionKernel<64, 8>) : run(pagedAttentionKernel<64, 4>);
     else eight ? run(pagedAttentionKernel<128, 8>) : run(pagedAttentionKernel<128, 4>);

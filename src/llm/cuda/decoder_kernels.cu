@@ -398,7 +398,7 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 }
 
 // A resident wave of blocks: as many as fit on each SM at this shared-memory size, or
-// fewer (KILN_LLM_GEMV_CTAS_PER_SM, for A/B runs: one per SM was 20% slower on the H200;
+// fewer (llm.cuda.gemv_ctas_per_sm, for A/B runs: one per SM was 20% slower on the H200;
 // building for three per SM, fewer registers, gained nothing); the warps stride over the tasks.
 // Leaving room: only half the wave runs when the weights all fit in the loads that half
 // issues before its wait, so that the next kernel's CTAs find room and start their own
@@ -407,19 +407,19 @@ __global__ void argmaxKernel(int n, const float* x, int32_t* ids) {
 // Llama-1.1B on the H200 0.766 -> 0.743 ms/token; the loads were in flight anyway, during
 // attention). GPT-2's fc and down in half a wave (two chunks per warp, next kernels no
 // larger): 0.231-0.238 ms/token against 0.223-0.231 with one chunk per warp only.
-// KILN_LLM_GEMV_LEAVE_ROOM: 0 off, 1 two chunks per warp whatever comes next, 2 one chunk.
+// llm.cuda.gemv_leave_room: 0 off, 1 two chunks per warp whatever comes next, 2 one chunk.
 // (small_gemm_plan.h, leaveRoomFits.)
 template <int R, int P, int kHalf>
 void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGemmInput& in, const SmallGemmOutput& out, int64_t next_weights,
                          int sms, cudaStream_t s) {
-    static const int cap = decoderKnob("GEMV_CTAS_PER_SM", 0);
+    const int cap = stepKnobs().gemv_ctas_per_sm;
     // Evict-first weight loads: batch-1 decode on the H200 0.340 -> 0.309 ms/token (GPT-2),
-    // 0.943 -> 0.914 (Llama-1.1B). KILN_LLM_WEIGHTS_EVICT_FIRST=0 turns them off.
-    static const bool evict_first = decoderKnob("WEIGHTS_EVICT_FIRST", 1) != 0;
+    // 0.943 -> 0.914 (Llama-1.1B). llm.cuda.weights_evict_first=off turns them off.
+    const bool evict_first = stepKnobs().weights_evict_first;
     // Residual adds as reductions in L2 (red.global.add, nothing returned): a warp does not
     // wait a trip to memory for the old value before its next task, or before its CTA can
-    // leave to the next kernel. KILN_LLM_GEMV_RED_ADD=0 loads and stores instead.
-    static const bool red_add = decoderKnob("GEMV_RED_ADD", 1) != 0;
+    // leave to the next kernel. llm.cuda.gemv_red_add=off loads and stores instead.
+    const bool red_add = stepKnobs().gemv_red_add;
     const int warps = kBlockThreads / 32, tasks = (N + P - 1) / P;
     const size_t smem = smallGemmSmem(rows, K, normVectors(in));
     int per_sm = 1;
@@ -427,7 +427,7 @@ void launchSmallGemmRows(int rows, int N, int K, const __half* W, const SmallGem
     per_sm = std::max(per_sm, 1);
     if (cap > 0) per_sm = std::min(per_sm, cap);
     const int chunks = smallGemmChunks(K, P);
-    static const int room = decoderKnob("GEMV_LEAVE_ROOM", 3);
+    const int room = stepKnobs().gemv_leave_room;
     if (per_sm >= 2 && leaveRoomFits(int64_t(tasks) * chunks, int64_t(warps) * (per_sm / 2) * sms, int64_t(N) * K * 2, next_weights, room))
         per_sm /= 2;
     const int blocks = std::min((tasks + warps - 1) / warps, per_sm * sms);
@@ -472,13 +472,25 @@ void setTraceSink(CtaTraceRecord* records, unsigned* used, unsigned capacity) {
     setAttentionTraceSink(sink);
 }
 
+namespace {
+thread_local const DecoderKnobs* t_step_knobs = nullptr;
+}  // namespace
+
+const DecoderKnobs& stepKnobs() {
+    static const DecoderKnobs defaults;
+    return t_step_knobs ? *t_step_knobs : defaults;
+}
+
+StepKnobs::StepKnobs(const DecoderKnobs& knobs) : previous_(t_step_knobs) { t_step_knobs = &knobs; }
+StepKnobs::~StepKnobs() { t_step_knobs = previous_; }
+
 bool programmaticLaunchEnabled() {
-    static const bool on = [] {
+    static const bool supported = [] {
         int device = 0, major = 0;
         if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-        return major >= 9 && decoderKnob("PDL", 1) != 0;
+        return major >= 9;
     }();
-    return on;
+    return supported && stepKnobs().pdl;
 }
 
 void launchEmbed(int T, int H, const StepMeta& m, const __half* wte, const __half* wpe, float* x, cudaStream_t s) {
@@ -508,10 +520,10 @@ bool prepareSmallGemm(int max_k, int norm_k) {
 // 6 of 4 + 4. On the H200 (GPT-2, per token): the LM head 27.0 -> 21.1 us, fc (3072 rows)
 // 4.9 -> 4.3-4.9 us a layer; but the output projection and down (768 rows, one task per warp
 // either way) 2.1 -> 2.6 and 3.1 -> 4.2 us, so those keep single rows. Rows of a multiple of
-// 256 pieces (Llama-1.1B's 2048) gain nothing. KILN_LLM_GEMV_ROW_PAIRS=0 keeps single rows.
+// 256 pieces (Llama-1.1B's 2048) gain nothing. llm.cuda.gemv_row_pairs=off keeps single rows.
 // (The wave: two CTAs per SM, as the small GEMM's registers allow.)
 static bool rowPairs(int N, int K, int sms) {
-    static const bool allowed = decoderKnob("GEMV_ROW_PAIRS", 1) != 0;
+    const bool allowed = stepKnobs().gemv_row_pairs;
     return allowed && rowPairsPay(N, K, int64_t(2) * sms * (kBlockThreads / 32));
 }
 
@@ -519,9 +531,9 @@ void launchSmallGemm(int rows, int N, int K, const __half* W, const SmallGemmInp
                      cudaStream_t s) {
     // f16 products, 16 per f16 sum, by default (smallGemmKernel's kHalf = 2): H200, batch-1
     // Llama-1.1B, 2 interleaved rounds, 0.742-0.749 ms/token against 0.758-0.775 with 8 per
-    // sum and 0.745-0.754 with a chunk's (GPT-2 within noise). KILN_LLM_GEMV_HALF_PRODUCTS
+    // sum and 0.745-0.754 with a chunk's (GPT-2 within noise). llm.cuda.gemv_half_products
     // picks another: 0 f32 products, 1 eight per f16 sum, 3 a chunk's.
-    static const int half = std::clamp(decoderKnob("GEMV_HALF_PRODUCTS", 2), 0, kHalfProductModes - 1);
+    const int half = std::clamp(stepKnobs().gemv_half_products, 0, kHalfProductModes - 1);
     const bool pairs = out.kind == SmallGemmOutput::SwiGlu || out.kind == SmallGemmOutput::Qkv || rowPairs(N, K, sms);
     withHalfProducts(half, [&](auto h) {
         constexpr int kHalf = decltype(h)::value;

@@ -14,14 +14,23 @@
 #include <cstdlib>
 #include <string>
 
+#include "llm/cuda/decoder_knobs.h"
+
 namespace kiln::llm::cuda {
 
-// Tuning knobs of the decoder for A/B runs, read once by each caller from the environment
-// (KILN_LLM_<NAME>=n).
-inline int decoderKnob(const char* name, int fallback) {
-    const char* v = std::getenv((std::string("KILN_LLM_") + name).c_str());
-    return v && *v ? std::atoi(v) : fallback;
-}
+// The knobs of the step this thread is enqueueing (or capturing): the model's, set by a
+// StepKnobs for the span of its step; the defaults outside one.
+const DecoderKnobs& stepKnobs();
+class StepKnobs {
+public:
+    explicit StepKnobs(const DecoderKnobs& knobs);
+    ~StepKnobs();
+    StepKnobs(const StepKnobs&) = delete;
+    StepKnobs& operator=(const StepKnobs&) = delete;
+
+private:
+    const DecoderKnobs* previous_;
+};
 
 // Device arrays describing one step: T tokens from S chunks.
 struct StepMeta {
@@ -54,7 +63,7 @@ struct QkvDestination {
 // Kernels launched after the first of a step may start early (programmatic dependent
 // launch, Hopper and later): each waits for its predecessor before reading its output, and
 // meanwhile its launch and (in the small GEMM) its first weight loads overlap the
-// predecessor's tail. On by default; KILN_LLM_PDL=0 turns it off.
+// predecessor's tail. On by default; llm.cuda.pdl=off turns it off.
 bool programmaticLaunchEnabled();
 
 // The decode step's timeline (KILN_LLM_PROFILE=timeline, step_timeline.h): thread 0 of each
@@ -88,6 +97,7 @@ struct AttentionScratch {
     int sms = 0;
 };
 constexpr int kMaxAttentionSplits = 16;
+static_assert(DecoderKnobs{}.attention_splits == kMaxAttentionSplits);
 void launchPagedAttention(int T, int heads, const __half* q, const StepMeta& m, const KvLayer& kv, float scale, const AttentionScratch& scratch,
                           __half* out, cudaStream_t s);
 // y = in * W^T (W f16 [N][K]) for rows <= kSmallGemmMaxRows token rows, the decode case,
