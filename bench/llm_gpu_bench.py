@@ -126,7 +126,7 @@ def bench_model(args, name, bw):
         print("\n".join(reports), flush=True)
     row["kiln_b1_tpot_ms"] = b1["tpot_ms"]["median"]
     if args.pdl_ab:  # the same run without programmatic dependent launch
-        row["kiln_b1_tpot_ms_no_pdl"] = json.loads(kiln(args, *b1_args, env={"KILN_LLM_PDL": "0"}))["tpot_ms"]["median"]
+        row["kiln_b1_tpot_ms_no_pdl"] = json.loads(kiln(args, *b1_args, "--route", "llm.cuda.pdl=off"))["tpot_ms"]["median"]
     row["bandwidth_limit_ms"] = weight_bytes / (bw * 1e9) * 1000
     row["b1_vs_bandwidth_limit"] = row["kiln_b1_tpot_ms"] / row["bandwidth_limit_ms"]
     row["hf_b1_tokens_per_s"] = hf_generate_tps(m, 1, 128, 128, vocab)
@@ -152,7 +152,7 @@ def main():
     ap.add_argument("--models", default="gpt2,llama1b")
     ap.add_argument("--profile", action="store_true", help="also print the GPU decoder's batch-1 step profile")
     ap.add_argument("--skip-c64", action="store_true", help="only greedy agreement and batch-1 decode")
-    ap.add_argument("--pdl-ab", action="store_true", help="also time batch-1 decode with KILN_LLM_PDL=0")
+    ap.add_argument("--pdl-ab", action="store_true", help="also time batch-1 decode with --route llm.cuda.pdl=off")
     args = ap.parse_args()
     import transformers
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,

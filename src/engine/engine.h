@@ -36,7 +36,7 @@ struct Engine {
 
 // The signature of the machine/backend an engine runs on; loading compares it.
 std::string targetSignature(const std::string& target);
-// "cpu" or "cuda": the target kind a signature (or a kind name) stands for.
+// The target kind a signature (or a kind name) stands for: its text before the first slash.
 inline std::string targetKind(const std::string& signature) { return signature.substr(0, signature.find('/')); }
 
 // Writes / reads an engine file. Reading validates magic, format version, checksum, every

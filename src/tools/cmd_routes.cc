@@ -7,6 +7,7 @@
 
 #include "engine/builder.h"
 #include "llm/llm_parameters.h"
+#include "llm/model_loader.h"
 #include "onnx_import/importer.h"
 #include "route/expression.h"
 #include "tools/commands.h"
@@ -52,8 +53,8 @@ void listLlmSpace(const RoutesOptions& o) {
     nlohmann::json j = nlohmann::json::array();
     for (const auto& p : llm::llmSpace().parameters()) {
         std::vector<std::string> targets;
-        for (const char* t : {"cpu", "cuda"})
-            if (llm::llmParameterApplies(p.name, t)) targets.emplace_back(t);
+        for (const auto& t : llm::llmTargets())
+            if (llm::llmParameterApplies(p.name, t)) targets.push_back(t);
         j.push_back({{"name", p.name}, {"values", p.values}, {"default", p.default_value}, {"owner", p.owner}, {"description", p.description}, {"targets", targets}});
     }
     if (o.json) {
