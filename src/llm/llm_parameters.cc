@@ -51,13 +51,14 @@ bool llmParameterApplies(const std::string& name, const std::string& target) { r
 LlmRuntimeOptions llmRuntimeOptions(const BuildRoute& route) {
     const ParameterSpace& space = llmSpace();
     auto on = [&](const char* name) { return route.get(name) == "on"; };
-    auto number = [&](const char* name, int fallback) {
+    // "auto" is 0 in the knobs that have it (CTAs per SM, attention keys).
+    auto number = [&](const char* name) {
         const std::string& v = route.get(name);
-        return v == "auto" ? fallback : std::stoi(v);
+        return v == "auto" ? 0 : std::stoi(v);
     };
     LlmRuntimeOptions o;
-    o.block_size = number("llm.block_size", 16);
-    o.max_num_tokens = number("llm.max_num_tokens", 64);
+    o.block_size = number("llm.block_size");
+    o.max_num_tokens = number("llm.max_num_tokens");
     o.cuda.cuda_graphs = on("llm.cuda.graphs");
     o.cuda.small_gemm = on("llm.cuda.small_gemm");
     DecoderKnobs& k = o.cuda.knobs;
@@ -65,21 +66,25 @@ LlmRuntimeOptions llmRuntimeOptions(const BuildRoute& route) {
     k.fused_argmax = on("llm.cuda.fused_argmax");
     k.gemv_row_pairs = on("llm.cuda.gemv_row_pairs");
     k.gemv_half_products = indexOf(space.get("llm.cuda.gemv_half_products"), route.get("llm.cuda.gemv_half_products"));
-    k.gemv_ctas_per_sm = number("llm.cuda.gemv_ctas_per_sm", 0);
+    k.gemv_ctas_per_sm = number("llm.cuda.gemv_ctas_per_sm");
     k.weights_evict_first = on("llm.cuda.weights_evict_first");
     k.gemv_red_add = on("llm.cuda.gemv_red_add");
     k.gemv_leave_room = indexOf(space.get("llm.cuda.gemv_leave_room"), route.get("llm.cuda.gemv_leave_room"));
-    k.attention_splits = number("llm.cuda.attention_splits", 16);
-    k.attention_keys = number("llm.cuda.attention_keys", 0);
-    k.attention_min_split = number("llm.cuda.attention_min_split", 256);
+    k.attention_splits = number("llm.cuda.attention_splits");
+    k.attention_keys = number("llm.cuda.attention_keys");
+    k.attention_min_split = number("llm.cuda.attention_min_split");
     return o;
+}
+
+void checkLlmRouteTarget(const BuildRoute& route, const std::string& target, const std::string& flag) {
+    for (const auto& p : llmSpace().parameters())
+        check(llmParameterApplies(p.name, target) || route.get(p.name) == p.default_value,
+              [&] { return flag + ": " + p.name + " applies to --target cuda only, not " + target; });
 }
 
 BuildRoute parseLlmRoute(const std::string& text, const std::string& target) {
     BuildRoute route = BuildRoute::parse(text, llmSpace());
-    for (const auto& p : llmSpace().parameters())
-        check(llmParameterApplies(p.name, target) || route.get(p.name) == p.default_value,
-              [&] { return "--route: " + p.name + " applies to --target cuda only, not " + target; });
+    checkLlmRouteTarget(route, target, "--route");
     return route;
 }
 

@@ -24,7 +24,10 @@ struct LlmRuntimeOptions {
 };
 LlmRuntimeOptions llmRuntimeOptions(const BuildRoute& route);
 
-// Parses a route for `target`: an Error names a parameter that does not apply there.
+// An Error, naming `flag` and the parameter, when the route changes one that does not
+// apply on `target`.
+void checkLlmRouteTarget(const BuildRoute& route, const std::string& target, const std::string& flag);
+// Parses a route for `target` (checkLlmRouteTarget, as --route).
 BuildRoute parseLlmRoute(const std::string& text, const std::string& target);
 
 }  // namespace kiln::llm

@@ -114,9 +114,7 @@ std::vector<BuildRoute> planLlmTune(const LlmTunePolicy& policy, std::string* ex
         return routes;
     }
     for (const auto& r : expandRouteExpression(expr, llm::llmSpace(), policy.seed).routes) {
-        for (const auto& p : llm::llmSpace().parameters())
-            check(llm::llmParameterApplies(p.name, policy.target) || r.get(p.name) == p.default_value,
-                  [&] { return "--expr: " + p.name + " applies to --target cuda only, not " + policy.target; });
+        llm::checkLlmRouteTarget(r, policy.target, "--expr");
         if (!(r == defaults)) routes.push_back(r);
     }
     return routes;
@@ -151,17 +149,16 @@ LlmTuneResult tuneLlm(const LlmTunePolicy& policy, const std::function<std::uniq
             const size_t i = static_cast<size_t>(&c - cands.data());
             if (!c.rejected.empty()) continue;
             try {
+                const auto typed = llm::llmRuntimeOptions(c.route);
+                llm::SchedulerOptions s;  // batch size and cache blocks: the workload's
+                s.block_size = typed.block_size;
+                s.max_num_tokens = typed.max_num_tokens;
                 if (loadKey(c.route) != model_key) {
                     model.reset();  // one model resident at a time
                     model = load(c.route);
                     model_key = loadKey(c.route);
-                    const auto typed = llm::llmRuntimeOptions(c.route);
-                    runLlmWorkload(*model, {8, typed.max_num_tokens, typed.block_size, 256}, warmup);  // lazy loads and graph captures
+                    runLlmWorkload(*model, s, warmup);  // lazy loads and graph captures
                 }
-                const auto typed = llm::llmRuntimeOptions(c.route);
-                llm::SchedulerOptions s;
-                s.block_size = typed.block_size;
-                s.max_num_tokens = typed.max_num_tokens;
                 const LlmRun run = runLlmWorkload(*model, s, policy.workload);
                 if (round == 0) tokens[i] = run.tokens;
                 c.samples[round] = objectiveSamples(run, policy.objective);
